@@ -1,0 +1,1 @@
+"""Private machinery behind the public modules; no stability promise."""

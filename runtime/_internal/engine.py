@@ -1,0 +1,243 @@
+"""The controller engine: workers that turn reconcile outcomes into queue operations.
+
+Private; :mod:`runtime.controller` validates options and builds it. The four-way
+switch in :meth:`Engine.handle` is the heart:
+
+==========================  ==============================================  ================
+outcome                     queue operation                                 ``result`` label
+==========================  ==============================================  ================
+raises an exception         ``add_rate_limited`` (backoff grows)            ``error``
+raises ``TerminalError``    ``forget``, no requeue; terminal errors counted ``error``
+exceeds the timeout         ``add_rate_limited``                            ``error``
+``Result(requeue_after=d)`` ``forget``, then ``add_after(d)``               ``requeue_after``
+``Result()`` / ``None``     ``forget``                                      ``success``
+==========================  ==============================================  ================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections.abc import Sequence
+
+import structlog
+from structlog import contextvars as log_context
+
+from runtime import metrics, reconcile
+from runtime import source as source_
+from runtime.workqueue import queue as queue_
+from runtime.workqueue import ratelimiting
+
+__all__ = ["Engine"]
+
+_RESULTS = ("success", "error", "requeue_after")
+
+# controller-runtime's buckets for controller_runtime_reconcile_time_seconds.
+_TIME_BUCKETS = (
+    *(0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5),
+    *(0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0),
+    *(6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0),
+)
+
+_total = metrics.Family(
+    "controller_runtime_reconcile_total",
+    "Total number of reconciliations per controller",
+    "counter",
+    ("controller", "result"),
+)
+_errors = metrics.Family(
+    "controller_runtime_reconcile_errors_total",
+    "Total number of reconciliation errors per controller",
+    "counter",
+    ("controller",),
+)
+_terminal = metrics.Family(
+    "controller_runtime_terminal_reconcile_errors_total",
+    "Total number of terminal reconciliation errors per controller",
+    "counter",
+    ("controller",),
+)
+_time = metrics.Family(
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller",
+    "histogram",
+    ("controller",),
+    buckets=_TIME_BUCKETS,
+)
+_active = metrics.Family(
+    "controller_runtime_active_workers",
+    "Number of currently used workers per controller",
+    "gauge",
+    ("controller",),
+)
+_max = metrics.Family(
+    "controller_runtime_max_concurrent_reconciles",
+    "Maximum number of concurrent reconciles per controller",
+    "gauge",
+    ("controller",),
+)
+
+
+class Engine:
+    """Sources -> queue -> workers -> reconciler, for one controller."""
+
+    def __init__(
+        self,
+        name: str,
+        reconciler: reconcile.Reconciler,
+        queue: ratelimiting.RateLimitingQueue[reconcile.Request],
+        sources: Sequence[source_.Source],
+        *,
+        workers: int,
+        reconcile_timeout: float | None,
+        cache_sync_timeout: float,
+        graceful_shutdown_timeout: float,
+    ) -> None:
+        self.name = name
+        self.reconciler = reconciler
+        self.queue = queue
+        self.sources = list(sources)
+        self.workers = workers
+        self.reconcile_timeout = reconcile_timeout
+        self.cache_sync_timeout = cache_sync_timeout
+        self.graceful_shutdown_timeout = graceful_shutdown_timeout
+        self.log = structlog.get_logger("runtime.controller").bind(controller=name)
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(4).hex()
+        self._results = {r: _total.counter(name, r) for r in _RESULTS}
+        self._errors = _errors.counter(name)
+        self._terminal = _terminal.counter(name)
+        self._time = _time.histogram(name)
+        self._active = _active.gauge(name)
+        _max.gauge(name).set(workers)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start sources, wait for their caches, run workers until ``stop`` is set."""
+        for src in self.sources:
+            await src.start(self.queue)
+        syncing = [s for s in self.sources if isinstance(s, source_.SyncingSource)]
+        if syncing:
+            try:
+                async with asyncio.timeout(self.cache_sync_timeout):
+                    await asyncio.gather(*(s.wait_for_sync() for s in syncing))
+            except TimeoutError:
+                self.queue.shutdown()
+                raise TimeoutError(
+                    f"controller {self.name!r}: caches did not sync within "
+                    f"{self.cache_sync_timeout} s"
+                ) from None
+        tasks = [
+            asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}")
+            for i in range(self.workers)
+        ]
+        self.log.info("starting workers", worker_count=self.workers)
+        try:
+            await stop.wait()
+        except asyncio.CancelledError:
+            self.queue.shutdown()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        await self._stop_workers(tasks)
+
+    async def _stop_workers(self, tasks: list[asyncio.Task[None]]) -> None:
+        self.log.info("stopping; waiting for in-flight reconciles", in_flight=self.queue.processing)
+        self.queue.shutdown()
+        _, pending = await asyncio.wait(tasks, timeout=self.graceful_shutdown_timeout)
+        if pending:
+            self.log.warning(
+                "in-flight reconciles did not finish in time; cancelling them",
+                cancelled=len(pending),
+                timeout_seconds=self.graceful_shutdown_timeout,
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        self.log.info("all workers finished")
+
+    async def _worker(self) -> None:
+        queue = self.queue
+        while not queue.shutting_down:
+            try:
+                request = await queue.get()
+            except queue_.ShutDown:
+                return
+            try:
+                await self.handle(request)
+            finally:
+                queue.done(request)
+
+    async def handle(self, request: reconcile.Request) -> None:
+        """Reconcile ``request`` once and apply the outcome to the queue."""
+        queue = self.queue
+        self._active.value += 1
+        started = time.perf_counter()
+        reconcile_id = f"{self._id_prefix}-{next(self._ids)}"
+        tokens = log_context.bind_contextvars(
+            controller=self.name,
+            namespace=request.namespace,
+            name=request.name,
+            reconcile_id=reconcile_id,
+        )
+        try:
+            result = await self._call(request)
+        except reconcile.TerminalError as exc:
+            queue.forget(request)
+            self._terminal.value += 1
+            self._errors.value += 1
+            self._results["error"].value += 1
+            self.log.error("terminal reconcile error; not requeued", exc_info=exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            queue.add_rate_limited(request)
+            self._errors.value += 1
+            self._results["error"].value += 1
+            self.log.error(
+                "reconcile failed; requeued with backoff",
+                exc_info=exc,
+                requeues=queue.num_requeues(request),
+            )
+        else:
+            queue.forget(request)
+            if result.requeue_after is not None:
+                queue.add_after(request, result.requeue_after)
+                self._results["requeue_after"].value += 1
+            else:
+                self._results["success"].value += 1
+        finally:
+            self._time.observe(time.perf_counter() - started)
+            self._active.value -= 1
+            log_context.reset_contextvars(**tokens)
+
+    async def _call(self, request: reconcile.Request) -> reconcile.Result:
+        if self.reconcile_timeout is None:
+            result = await self.reconciler.reconcile(request)
+        else:
+            scope = asyncio.timeout(self.reconcile_timeout)
+            try:
+                async with scope:
+                    result = await self.reconciler.reconcile(request)
+            except TimeoutError as exc:
+                if not scope.expired():
+                    raise  # the reconciler's own TimeoutError, not ours
+                raise ReconcileTimeout(
+                    f"reconcile of {request} exceeded {self.reconcile_timeout} s"
+                ) from exc
+        if result is None:
+            return _SUCCESS
+        if not isinstance(result, reconcile.Result):
+            raise TypeError(
+                f"{self.reconciler!r}.reconcile returned {result!r}; expected a Result (or None)"
+            )
+        return result
+
+
+class ReconcileTimeout(Exception):
+    """A reconcile took longer than the controller's ``reconcile_timeout``."""
+
+
+_SUCCESS = reconcile.Result()

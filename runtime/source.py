@@ -1,0 +1,84 @@
+"""Sources: where a controller's requests come from.
+
+A :class:`Source` is started once by its controller with the controller's work
+queue and from then on adds :class:`~runtime.reconcile.Request` keys to it.
+``start`` **must not block**: it wires the source up and returns (an informer
+keeps running elsewhere; a channel just remembers the queue).
+
+A source that feeds from a cache may also be a :class:`SyncingSource`: the
+controller then waits for ``wait_for_sync()`` (bounded by its
+``cache_sync_timeout``) before its workers take the first key, so no reconcile
+ever sees a half-filled cache.
+
+:class:`Channel` is the in-process source: requests handed to :meth:`Channel.send`
+are added to every queue it was started with (requests sent before start are
+kept and delivered on start). Use it for triggers that do not come from the
+API server (a webhook, a timer, a test).
+
+>>> import asyncio
+>>> from runtime.reconcile import Request
+>>> from runtime.workqueue import Queue
+>>> async def demo():
+...     channel = Channel()
+...     channel.send(Request("ns", "early"))
+...     q = Queue()
+...     await channel.start(q)
+...     channel.send(Request("ns", "late"))
+...     return [str(await q.get()), str(await q.get())]
+>>> asyncio.run(demo())
+['ns/early', 'ns/late']
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from runtime import reconcile
+
+__all__ = ["Channel", "RequestQueue", "Source", "SyncingSource"]
+
+
+class RequestQueue(Protocol):
+    """The part of a work queue a source may use."""
+
+    def add(self, item: reconcile.Request) -> None: ...
+
+
+@runtime_checkable
+class Source(Protocol):
+    """Feeds requests into a controller's queue."""
+
+    async def start(self, queue: RequestQueue) -> None:
+        """Start adding requests to ``queue``; must return without waiting for events."""
+        ...
+
+
+@runtime_checkable
+class SyncingSource(Source, Protocol):
+    """A source backed by a cache that must be filled before reconciling."""
+
+    async def wait_for_sync(self) -> None:
+        """Return once the backing cache holds a complete view."""
+        ...
+
+
+class Channel:
+    """An in-process source: :meth:`send` adds a request to every started queue."""
+
+    def __init__(self) -> None:
+        self._queues: list[RequestQueue] = []
+        self._pending: list[reconcile.Request] = []
+
+    async def start(self, queue: RequestQueue) -> None:
+        self._queues.append(queue)
+        for request in self._pending:
+            queue.add(request)
+        self._pending.clear()
+
+    def send(self, request: reconcile.Request) -> None:
+        """Enqueue ``request`` now (or on start, if no queue is attached yet)."""
+        if not self._queues:
+            self._pending.append(request)
+            return
+        for queue in self._queues:
+            queue.add(request)

@@ -1,0 +1,107 @@
+"""Delayed adds: :meth:`DelayingQueue.add_after` queues a key once a delay has passed.
+
+Contract (client-go's delaying queue):
+
+- ``add_after(key, delay)`` with ``delay <= 0`` is an immediate
+  :meth:`~runtime.workqueue.queue.Queue.add`.
+- Otherwise the key waits in a min-heap ordered by ready time, outside the queue.
+  If the key is already waiting, the **earlier** ready time wins: a later
+  ``add_after`` never postpones a key, an earlier one brings it forward.
+- When a key's time comes it is :meth:`add`-ed, so every rule of the plain queue
+  applies (it collapses with a pending add, waits for a worker holding it, ...).
+- One timer, armed for the earliest ready time on the clock's ``call_later``, does
+  the waking; there is no polling loop and no background task.
+- After shutdown, ``add_after`` is ignored and waiting keys are dropped.
+- Each ``add_after`` counts one ``workqueue_retries_total`` for a named queue.
+
+>>> from runtime.testing.clock import FakeClock
+>>> clock = FakeClock()
+>>> q = DelayingQueue(clock=clock)
+>>> q.add_after("a", 10); q.add_after("a", 30); q.add_after("b", 5)
+>>> clock.advance(5); len(q), q.waiting
+(1, 1)
+>>> clock.advance(5); len(q), q.waiting
+(2, 0)
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Hashable
+from typing import TypeVar
+
+from runtime import clock as clock_
+from runtime.workqueue import queue
+
+__all__ = ["DelayingQueue"]
+
+T = TypeVar("T", bound=Hashable)
+
+
+class DelayingQueue(queue.Queue[T]):
+    """A :class:`~runtime.workqueue.queue.Queue` with :meth:`add_after`."""
+
+    def __init__(self, name: str = "", *, clock: clock_.Clock | None = None) -> None:
+        super().__init__(name, clock=clock)
+        # key -> (ready time, sequence) of its live heap entry; other entries are stale.
+        self._ready_at: dict[T, tuple[float, int]] = {}
+        self._heap: list[tuple[float, int, T]] = []
+        self._seq = itertools.count()
+        self._timer: clock_.TimerHandle | None = None
+        self._timer_at = float("inf")
+
+    @property
+    def waiting(self) -> int:
+        """Number of keys waiting for their delay to pass."""
+        return len(self._ready_at)
+
+    def add_after(self, item: T, delay: float) -> None:
+        """Add ``item`` after ``delay`` seconds (see the module docstring)."""
+        if self._shutting_down:
+            return
+        if self._metrics is not None:
+            self._metrics.retry()
+        if delay <= 0:
+            self.add(item)
+            return
+        ready = self._clock.now() + delay
+        current = self._ready_at.get(item)
+        if current is not None and current[0] <= ready:
+            return
+        seq = next(self._seq)
+        self._ready_at[item] = (ready, seq)
+        heapq.heappush(self._heap, (ready, seq, item))
+        if ready < self._timer_at:
+            self._arm(ready)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = float("inf")
+        self._heap.clear()
+        self._ready_at.clear()
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._clock.call_later(when - self._clock.now(), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        now = self._clock.now()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            ready, seq, item = heapq.heappop(heap)
+            if self._ready_at.get(item) != (ready, seq):
+                continue  # superseded by an earlier ready time
+            del self._ready_at[item]
+            self.add(item)
+        while heap and self._ready_at.get(heap[0][2]) != heap[0][:2]:
+            heapq.heappop(heap)
+        if heap:
+            self._arm(heap[0][0])

@@ -1,0 +1,167 @@
+"""The work queue: a FIFO of keys with client-go's at-most-one-worker-per-key rule.
+
+Three structures do the work:
+
+- the FIFO ``queue`` of keys ready to be handed out;
+- the ``dirty`` set: keys that need processing (queued, or re-added while processing);
+- the ``processing`` set: keys a worker holds between :meth:`Queue.get` and :meth:`Queue.done`.
+
+Rules, which are the contract:
+
+1. :meth:`Queue.add` of a key that is already dirty does nothing: several adds
+   before a worker takes the key collapse into one.
+2. :meth:`Queue.add` of a key that is being processed marks it dirty but does not
+   queue it: no two workers ever hold the same key. When the holder calls
+   :meth:`Queue.done`, the key is queued again, once.
+3. :meth:`Queue.get` hands out keys in FIFO order and waits while the queue is
+   empty. After :meth:`Queue.shutdown` it still hands out what is queued, then
+   raises :class:`ShutDown`.
+4. After shutdown, adds are ignored. :meth:`Queue.shutdown_with_drain` also waits
+   until every key handed out has been marked done.
+
+Every key that :meth:`Queue.get` returns must be passed to :meth:`Queue.done`,
+also when processing fails. The queue belongs to one event loop and is not
+thread-safe. Keys must be hashable; :class:`runtime.reconcile.Request` is the
+usual key.
+
+>>> import asyncio
+>>> async def demo():
+...     q = Queue()
+...     q.add("a"); q.add("b"); q.add("a")     # the second "a" collapses
+...     first = await q.get()
+...     q.add(first)                           # re-added while processing: not queued yet
+...     order = [first, await q.get()]
+...     q.done("a")                            # now "a" is queued again, once
+...     q.done("b")
+...     order.append(await q.get())
+...     return order, len(q)
+>>> asyncio.run(demo())
+(['a', 'b', 'a'], 0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from runtime import clock as clock_
+from runtime.workqueue import metrics
+
+__all__ = ["Queue", "ShutDown"]
+
+T = TypeVar("T", bound=Hashable)
+
+
+class ShutDown(Exception):
+    """Raised by :meth:`Queue.get` once the queue is shut down and empty."""
+
+
+class Queue(Generic[T]):
+    """A FIFO work queue with dirty/processing sets (see the module docstring).
+
+    ``name`` turns on the ``workqueue_*`` metrics for this queue; an unnamed queue
+    reports none. ``clock`` is used for the metrics' timings.
+    """
+
+    def __init__(self, name: str = "", *, clock: clock_.Clock | None = None) -> None:
+        self.name = name
+        self._clock = clock or clock_.REAL_CLOCK
+        self._queue: collections.deque[T] = collections.deque()
+        self._dirty: set[T] = set()
+        self._processing: set[T] = set()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._shutting_down = False
+        self._drained: asyncio.Event | None = None
+        self._metrics = metrics.for_name(name, self._clock) if name else None
+
+    def __len__(self) -> int:
+        """Keys queued and ready to be handed out (not those being processed)."""
+        return len(self._queue)
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    @property
+    def processing(self) -> int:
+        """Number of keys handed out and not yet done."""
+        return len(self._processing)
+
+    def add(self, item: T) -> None:
+        """Mark ``item`` as needing processing (see rules 1, 2 and 4)."""
+        if self._shutting_down or item in self._dirty:
+            return
+        if self._metrics is not None:
+            self._metrics.add(item)
+        self._dirty.add(item)
+        if item in self._processing:
+            return
+        self._queue.append(item)
+        if self._waiters:
+            self._wake_one()
+
+    async def get(self) -> T:
+        """The next key; waits while none is ready. Raises :class:`ShutDown`."""
+        while not self._queue:
+            if self._shutting_down:
+                raise ShutDown
+            await self._wait()
+        item = self._queue.popleft()
+        if self._metrics is not None:
+            self._metrics.get(item)
+        self._processing.add(item)
+        self._dirty.discard(item)
+        return item
+
+    def done(self, item: T) -> None:
+        """Finish processing ``item``; queue it again if it was added meanwhile."""
+        if self._metrics is not None:
+            self._metrics.done(item)
+        self._processing.discard(item)
+        if item in self._dirty:
+            self._queue.append(item)
+            if self._waiters:
+                self._wake_one()
+        elif not self._processing and self._drained is not None:
+            self._drained.set()
+
+    def shutdown(self) -> None:
+        """Ignore further adds; wake every waiting :meth:`get` (they raise once empty)."""
+        self._shutting_down = True
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def shutdown_with_drain(self) -> None:
+        """:meth:`shutdown`, then wait until every key handed out is done."""
+        self.shutdown()
+        if not self._processing:
+            return
+        if self._drained is None:
+            self._drained = asyncio.Event()
+        await self._drained.wait()
+
+    async def _wait(self) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                # Woken and cancelled at once: pass the wake-up on, or a key would wait.
+                self._wake_one()
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return

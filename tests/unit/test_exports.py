@@ -1,0 +1,35 @@
+"""The public facade: every name in ``__all__`` exists and the list is sorted."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = [
+    "runtime",
+    "runtime.clock",
+    "runtime.controller",
+    "runtime.metrics",
+    "runtime.reconcile",
+    "runtime.source",
+    "runtime.workqueue",
+    "runtime.testing.clock",
+]
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_all_is_sorted_and_resolves(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = module.__all__
+    assert exported == sorted(exported)
+    for attr in exported:
+        assert hasattr(module, attr), f"{name}.{attr} is in __all__ but missing"
+
+
+def test_runtime_imports_no_operator_code() -> None:
+    import sys
+
+    import runtime  # noqa: F401
+
+    assert not any(m == "api" or m.startswith(("api.", "controllers")) for m in sys.modules)
