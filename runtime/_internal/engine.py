@@ -169,6 +169,10 @@ class Engine:
                 await self.handle(request)
             finally:
                 queue.done(request)
+            # A reconcile that never suspends (cache reads, nothing to write) would
+            # otherwise let one worker drain a backlog without letting watches,
+            # probes or the other workers run.
+            await asyncio.sleep(0)
 
     async def handle(self, request: reconcile.Request) -> None:
         """Reconcile ``request`` once and apply the outcome to the queue."""

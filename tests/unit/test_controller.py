@@ -455,3 +455,27 @@ def test_bad_reconciler_and_source_are_rejected() -> None:
     ctrl = controller.Controller(unique("x"), reconcile.Func(lambda r: None))  # type: ignore[arg-type,return-value]
     with pytest.raises(TypeError, match="not a Source"):
         ctrl.watch(object())  # type: ignore[arg-type]
+
+
+async def test_a_backlog_of_instant_reconciles_does_not_starve_the_loop() -> None:
+    done = 0
+
+    async def handler(req: reconcile.Request) -> reconcile.Result:
+        nonlocal done
+        done += 1  # never suspends, like a cache-only reconcile with nothing to write
+        return reconcile.Result()
+
+    h = Harness(handler)
+    for i in range(100):
+        h.send(str(i))
+    seen_by_bystander: list[int] = []
+
+    async def bystander() -> None:
+        while done < 100:
+            seen_by_bystander.append(done)
+            await asyncio.sleep(0)
+
+    async with h:
+        await asyncio.wait_for(bystander(), 5)
+    assert len(seen_by_bystander) > 10, "other tasks must run while the backlog drains"
+    assert done == 100

@@ -1,0 +1,930 @@
+"""A real Kubernetes control plane on loopback, for integration tests and local runs.
+
+Like controller-runtime's envtest, but complete enough to run an operator end
+to end: :class:`ControlPlane` starts, from binaries you built (see
+``hack/controlplane/build.sh`` in this repository),
+
+- **etcd** (``--unsafe-no-fsync``, data in a temp dir) and **kube-apiserver**
+  (TLS on a free ``127.0.0.1`` port, a fresh CA, an admin client certificate in
+  ``system:masters``, RBAC, a service-account issuer and signing key, a service
+  CIDR nothing connects to, ``--endpoint-reconciler-type=none``) - always;
+- **kube-controller-manager** (garbage collector, namespaces, EndpointSlices,
+  service accounts, ReplicaSets/Deployments) - ``Options.controller_manager``;
+- **kube-scheduler** and **kwok** (a fake kubelet: harness-made nodes turn Ready,
+  bound pods turn Running with an IP from their node's ``spec.podCIDR``, deleted
+  pods go away) - ``Options.scheduler`` / ``Options.kwok``;
+- the **pod network** (:class:`PodNetwork`) - ``Options.pod_network``, needs root.
+
+It writes an admin kubeconfig, waits until ``/readyz`` is ok and the
+``default`` namespace exists, can install CRDs from a directory (and waits until
+they are served), and on :meth:`ControlPlane.stop` - also when start-up fails,
+a test fails or the test process is interrupted or killed - stops every
+process group it started and removes its temp dir. A component that dies or
+hangs during start-up raises :class:`ControlPlaneError` naming it, with the last
+lines of its log.
+
+Network safety: the harness itself only ever connects to ``127.0.0.1`` and,
+through :meth:`PodNetwork.connect`, to pod IPs inside its own pod CIDR; every
+connection it makes is recorded in :attr:`ControlPlane.connections`.
+
+Usage (blocking API; run it in a thread or a session fixture)::
+
+    with ControlPlane(Options(bin_dir=..., controller_manager=True)) as cp:
+        print(cp.kubeconfig)            # path of the admin kubeconfig
+        cp.request("GET", "/version")   # a small JSON REST helper
+
+``python -m runtime.testing.controlplane up --bin-dir DIR`` keeps one running
+for development (see ``make cluster-up``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import dataclasses
+import http.client
+import ipaddress
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+__all__ = [
+    "ApiError",
+    "ControlPlane",
+    "ControlPlaneError",
+    "Options",
+    "PodNetwork",
+    "PodNetworkError",
+    "default_bin_dir",
+]
+
+BIN_DIR_ENV = "CONTROLPLANE_BIN_DIR"
+"""Environment variable naming the directory with the control-plane binaries."""
+
+DEFAULT_POD_CIDR = "198.18.0.0/16"
+"""Pod addresses come from the range reserved for benchmark networks (RFC 2544)."""
+
+SERVICE_CIDR = "198.19.0.0/24"
+"""Service ClusterIPs: allocated by the apiserver, never connected to."""
+
+HOST_VETH_ADDRESS = "198.19.255.254"
+"""The host end of the pod-network veth (outside both the pod and service CIDRs)."""
+
+_STAGES = pathlib.Path(__file__).with_name("kwok_stages.yaml")
+
+T = TypeVar("T")
+
+
+class ControlPlaneError(RuntimeError):
+    """A component failed to build, start or answer; names it and shows its log tail."""
+
+    def __init__(self, component: str, message: str, log_tail: str = "") -> None:
+        self.component = component
+        self.log_tail = log_tail
+        text = f"{component}: {message}"
+        if log_tail:
+            text += f"\n--- last lines of the {component} log ---\n{log_tail}"
+        super().__init__(text)
+
+
+class PodNetworkError(ControlPlaneError):
+    """The pod network could not be set up (or its routing is not what it must be)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("pod-network", message)
+
+
+class ApiError(RuntimeError):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.body = body
+        message = body.get("message", body) if isinstance(body, dict) else body
+        super().__init__(f"HTTP {status}: {message}")
+
+
+def default_bin_dir() -> pathlib.Path | None:
+    """``$CONTROLPLANE_BIN_DIR`` if set, else ``None``."""
+    value = os.environ.get(BIN_DIR_ENV)
+    return pathlib.Path(value) if value else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    """What to start. Every field states its default."""
+
+    bin_dir: pathlib.Path | None = None
+    """Directory with ``etcd``, ``kube-apiserver`` (and the optional binaries).
+    Default: ``$CONTROLPLANE_BIN_DIR``; required one way or the other."""
+
+    controller_manager: bool = False
+    """Run kube-controller-manager (garbage collection, namespaces, EndpointSlices). Default off."""
+
+    scheduler: bool = False
+    """Run kube-scheduler, so pods get bound to nodes. Default off."""
+
+    kwok: bool = False
+    """Run kwok and create ``nodes`` fake nodes that it keeps Ready. Default off."""
+
+    nodes: int = 1
+    """Fake nodes to create when ``kwok`` is on; each gets a /24 of the pod CIDR. Default 1."""
+
+    pod_network: bool = False
+    """Create the pod network (netns + veth; needs root). Default off."""
+
+    crd_dirs: Sequence[pathlib.Path] = ()
+    """Directories whose ``*.yaml``/``*.json`` CRDs are installed at start. Default none."""
+
+    start_timeout: float = 60.0
+    """Seconds each component gets to become ready. Default 60 s."""
+
+    extra_apiserver_flags: Sequence[str] = ()
+    """Appended to kube-apiserver's command line. Default none."""
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL if the harness process dies (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class _Process:
+    """One component: its own process group, its output in a log file."""
+
+    def __init__(self, name: str, args: Sequence[str], log_path: pathlib.Path) -> None:
+        self.name = name
+        self.args = list(args)
+        self.log_path = log_path
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: Mapping[str, str] | None = None) -> None:
+        binary = self.args[0]
+        if not os.access(binary, os.X_OK):
+            raise ControlPlaneError(
+                self.name,
+                f"binary {binary} is missing or not executable; build it with "
+                "hack/controlplane/build.sh (or set $CONTROLPLANE_BIN_DIR)",
+            )
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                self.args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+                env=dict(env) if env is not None else None,
+            )
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def check_alive(self) -> None:
+        if self.popen is not None and self.popen.poll() is not None:
+            raise ControlPlaneError(
+                self.name, f"exited with code {self.popen.returncode} during start-up", self.tail()
+            )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.popen is None:
+            return
+        pgid = self.popen.pid
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+            try:
+                self.popen.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # The group may still hold children that outlived the leader.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(
+    what: str,
+    check: Callable[[], T | None],
+    timeout: float,
+    procs: Sequence[_Process] = (),
+    interval: float = 0.05,
+) -> T:
+    """Poll ``check`` until it returns a value; fail early if a process died."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        for proc in procs:
+            proc.check_alive()
+        try:
+            value = check()
+            if value is not None:
+                return value
+        except (OSError, ApiError, http.client.HTTPException, ValueError) as exc:
+            last_error = exc
+        if time.monotonic() > deadline:
+            tail = procs[-1].tail() if procs else ""
+            component = procs[-1].name if procs else "control-plane"
+            hint = f" (last error: {last_error})" if last_error else ""
+            raise ControlPlaneError(component, f"{what} not ready after {timeout} s{hint}", tail)
+        time.sleep(interval)
+
+
+def _openssl(*args: str, cwd: pathlib.Path) -> None:
+    if shutil.which("openssl") is None:
+        raise ControlPlaneError(
+            "certificates", "openssl is not installed (apt-get install openssl)"
+        )
+    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError("certificates", f"openssl {args[0]} failed", done.stderr)
+
+
+def _make_certificates(directory: pathlib.Path) -> None:
+    """A CA, a serving cert for 127.0.0.1, an admin client cert and a service-account key."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(
+        "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "30",
+        "-subj", "/CN=rayservice-operator test CA", cwd=directory,
+    )  # fmt: skip
+    leaves = {
+        "apiserver": (
+            "/CN=kube-apiserver",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        ),
+        "admin": ("/O=system:masters/CN=admin", "extendedKeyUsage=clientAuth\n"),
+    }
+    for name, (subject, extensions) in leaves.items():
+        (directory / f"{name}.ext").write_text(extensions)
+        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject,
+                 cwd=directory)  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", f"{name}.crt", "-days", "30", "-extfile", f"{name}.ext",
+            cwd=directory,
+        )  # fmt: skip
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "sa.key", cwd=directory)
+    _openssl("ec", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
+
+
+def _b64(path: pathlib.Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+class ControlPlane:
+    """etcd + kube-apiserver (+ optional components) on loopback; see the module docstring."""
+
+    def __init__(self, options: Options | None = None) -> None:
+        self.options = options or Options()
+        bin_dir = self.options.bin_dir or default_bin_dir()
+        if bin_dir is None:
+            raise ControlPlaneError(
+                "control-plane",
+                f"no binaries: pass Options(bin_dir=...) or set ${BIN_DIR_ENV} "
+                "(hack/controlplane/build.sh prints the directory)",
+            )
+        self.bin_dir = pathlib.Path(bin_dir)
+        self.dir: pathlib.Path | None = None
+        self.kubeconfig: pathlib.Path | None = None
+        self.api_port = 0
+        self.etcd_port = 0
+        self.pod_network: PodNetwork | None = None
+        self.connections: list[tuple[str, int]] = []
+        """Every (host, port) this harness connected to, in order."""
+        self._procs: list[_Process] = []
+        self._ssl: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def api_url(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def start(self) -> ControlPlane:
+        """Start every component and wait until each is ready; stop all on failure."""
+        if self.dir is not None:
+            raise RuntimeError("control plane already started")
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="rso-controlplane-"))
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        assert self.dir is not None
+        opts = self.options
+        timeout = opts.start_timeout
+        if opts.pod_network:
+            self.pod_network = PodNetwork(self.dir / "podnet", connections=self.connections)
+            self.pod_network.create()
+        certs = self.dir / "certs"
+        certs.mkdir()
+        _make_certificates(certs)
+        self._ssl = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        self._ssl.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
+
+        self.etcd_port = _free_port()
+        etcd = self._spawn(
+            "etcd",
+            [
+                "--name=default",
+                f"--data-dir={self.dir / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{self.etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{self.etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{(peer := _free_port())}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        _wait("etcd /health", self._etcd_healthy, timeout, [etcd])
+
+        self.api_port = _free_port()
+        apiserver = self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                f"--cert-dir={certs}",
+                f"--tls-cert-file={certs / 'apiserver.crt'}",
+                f"--tls-private-key-file={certs / 'apiserver.key'}",
+                f"--client-ca-file={certs / 'ca.crt'}",
+                f"--secure-port={self.api_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                "--disable-admission-plugins=ServiceAccount",
+                f"--service-account-issuer=https://127.0.0.1:{self.api_port}",
+                f"--service-account-key-file={certs / 'sa.pub'}",
+                f"--service-account-signing-key-file={certs / 'sa.key'}",
+                *opts.extra_apiserver_flags,
+            ],
+        )
+        self.kubeconfig = self._write_kubeconfig(certs)
+        _wait("kube-apiserver /readyz", self._apiserver_ready, timeout, [etcd, apiserver])
+        _wait(
+            "the default namespace",
+            lambda: self.request("GET", "/api/v1/namespaces/default"),
+            timeout,
+            [etcd, apiserver],
+        )
+        base = [etcd, apiserver]
+        if opts.controller_manager:
+            port = _free_port()
+            kcm = self._spawn(
+                "kube-controller-manager",
+                [
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--service-account-private-key-file={certs / 'sa.key'}",
+                    f"--root-ca-file={certs / 'ca.crt'}",
+                    "--leader-elect=false",
+                    "--controllers=garbagecollector,namespace,endpointslice,endpoint,"
+                    "serviceaccount,serviceaccount-token,replicaset,deployment",
+                    f"--secure-port={port}",
+                    "--bind-address=127.0.0.1",
+                    "--concurrent-gc-syncs=5",
+                ],
+            )
+            _wait("kube-controller-manager /healthz", lambda: self._healthz(port), timeout,
+                  [*base, kcm])  # fmt: skip
+            base.append(kcm)
+        if opts.scheduler:
+            port = _free_port()
+            sched = self._spawn(
+                "kube-scheduler",
+                [
+                    f"--kubeconfig={self.kubeconfig}",
+                    "--leader-elect=false",
+                    f"--secure-port={port}",
+                    "--bind-address=127.0.0.1",
+                ],
+            )
+            _wait("kube-scheduler /healthz", lambda: self._healthz(port), timeout, [*base, sched])
+            base.append(sched)
+        if opts.kwok:
+            self._start_kwok(base, timeout)
+        for crd_dir in opts.crd_dirs:
+            self.install_crds(crd_dir)
+
+    def _start_kwok(self, base: list[_Process], timeout: float) -> None:
+        pod_cidr = ipaddress.ip_network(
+            self.pod_network.cidr if self.pod_network else DEFAULT_POD_CIDR
+        )
+        subnets = pod_cidr.subnets(new_prefix=24)
+        next(subnets)  # leave the first /24 unused: x.x.0.0 reads like a network address
+        kwok = self._spawn(
+            "kwok",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={_STAGES}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--server-address=127.0.0.1:{_free_port()}",
+                f"--node-ip={HOST_VETH_ADDRESS}",
+                f"--cidr={next(pod_cidr.subnets(new_prefix=24))}",
+            ],
+        )
+        names = []
+        for i in range(self.options.nodes):
+            cidr = str(next(subnets))
+            name = f"kwok-node-{i}"
+            self.request(
+                "POST",
+                "/api/v1/nodes",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "annotations": {"kwok.x-k8s.io/node": "fake"},
+                        "labels": {"type": "kwok", "kubernetes.io/hostname": name},
+                    },
+                    "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+                },
+            )
+            names.append(name)
+
+        def all_ready() -> bool | None:
+            for name in names:
+                node = self.request("GET", f"/api/v1/nodes/{name}")
+                conditions = node.get("status", {}).get("conditions", [])
+                if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                    return None
+            return True
+
+        _wait("kwok nodes Ready", all_ready, timeout, [*base, kwok], interval=0.1)
+
+    def stop(self) -> None:
+        """Stop every process (reverse start order), remove the pod network and temp dir."""
+        with self._lock:
+            for proc in reversed(self._procs):
+                proc.stop()
+            self._procs.clear()
+            if self.pod_network is not None:
+                self.pod_network.destroy()
+                self.pod_network = None
+            if self.dir is not None and not os.environ.get("CONTROLPLANE_KEEP_DIR"):
+                shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def _spawn(self, name: str, flags: Sequence[str]) -> _Process:
+        assert self.dir is not None
+        proc = _Process(name, [str(self.bin_dir / name), *flags], self.dir / f"{name}.log")
+        self._procs.append(proc)
+        proc.start()
+        return proc
+
+    def logs(self, component: str, lines: int = 50) -> str:
+        """The last ``lines`` of a component's log (``"kube-apiserver"``, ``"etcd"``, ...)."""
+        for proc in self._procs:
+            if proc.name == component:
+                return proc.tail(lines)
+        raise KeyError(component)
+
+    # -- readiness ---------------------------------------------------------------------------
+
+    def _etcd_healthy(self) -> bool | None:
+        status, body = self._http("GET", "127.0.0.1", self.etcd_port, "/health", tls=None)
+        return True if status == 200 and json.loads(body).get("health") == "true" else None
+
+    def _apiserver_ready(self) -> bool | None:
+        status, _ = self._http("GET", "127.0.0.1", self.api_port, "/readyz", tls=self._ssl)
+        return True if status == 200 else None
+
+    def _healthz(self, port: int) -> bool | None:
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        status, _ = self._http("GET", "127.0.0.1", port, "/healthz", tls=insecure)
+        return True if status == 200 else None
+
+    # -- API access --------------------------------------------------------------------------
+
+    def _http(
+        self,
+        method: str,
+        host: str,
+        port: int,
+        path: str,
+        *,
+        tls: ssl.SSLContext | None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> tuple[int, bytes]:
+        _check_loopback(host)
+        self.connections.append((host, port))
+        conn: http.client.HTTPConnection
+        if tls is None:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        else:
+            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=tls)
+        try:
+            conn.request(method, path, body=body, headers=dict(headers or {}))
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        timeout: float = 10.0,
+    ) -> Any:
+        """A JSON request to the API server as the admin user; raises :class:`ApiError`."""
+        payload = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json"}
+        if payload is not None:
+            headers["Content-Type"] = content_type
+        status, raw = self._http(
+            method, "127.0.0.1", self.api_port, path, tls=self._ssl, body=payload,
+            headers=headers, timeout=timeout,
+        )  # fmt: skip
+        try:
+            decoded = json.loads(raw) if raw else None
+        except ValueError:
+            decoded = raw.decode(errors="replace")
+        if status >= 400:
+            raise ApiError(status, decoded)
+        return decoded
+
+    def metrics(self) -> str:
+        """kube-apiserver's own ``/metrics`` text (what benchmarks count API traffic from)."""
+        status, raw = self._http("GET", "127.0.0.1", self.api_port, "/metrics", tls=self._ssl)
+        if status != 200:
+            raise ApiError(status, raw.decode(errors="replace"))
+        return raw.decode()
+
+    def _write_kubeconfig(self, certs: pathlib.Path) -> pathlib.Path:
+        assert self.dir is not None
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "controlplane",
+                    "cluster": {
+                        "server": self.api_url,
+                        "certificate-authority-data": _b64(certs / "ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate-data": _b64(certs / "admin.crt"),
+                        "client-key-data": _b64(certs / "admin.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "admin", "context": {"cluster": "controlplane", "user": "admin"}}
+            ],
+            "current-context": "admin",
+        }
+        path = self.dir / "kubeconfig"
+        path.write_text(json.dumps(config, indent=2))
+        path.chmod(0o600)
+        return path
+
+    # -- CRDs and etcd -----------------------------------------------------------------------
+
+    def install_crds(self, directory: pathlib.Path, timeout: float = 30.0) -> list[str]:
+        """Create (or replace) every CRD in ``directory`` and wait until each is served."""
+        import yaml  # kubernetes-asyncio's dependency; only needed here
+
+        names = []
+        for path in sorted(pathlib.Path(directory).iterdir()):
+            if path.suffix not in (".yaml", ".yml", ".json"):
+                continue
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc or doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                name = doc["metadata"]["name"]
+                base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+                try:
+                    self.request("POST", base, doc)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+                    current = self.request("GET", f"{base}/{name}")
+                    doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                    self.request("PUT", f"{base}/{name}", doc)
+                names.append(name)
+                self._wait_crd_served(doc, timeout)
+        return names
+
+    def _wait_crd_served(self, crd: dict[str, Any], timeout: float) -> None:
+        group = crd["spec"]["group"]
+        plural = crd["spec"]["names"]["plural"]
+        versions = [v["name"] for v in crd["spec"]["versions"] if v.get("served", True)]
+
+        def served() -> bool | None:
+            for version in versions:
+                resources = self.request("GET", f"/apis/{group}/{version}")
+                if not any(r["name"] == plural for r in resources.get("resources", [])):
+                    return None
+            return True
+
+        _wait(f"CRD {plural}.{group} served", served, timeout, self._procs[:2])
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (the newest resourceVersion)."""
+        status, raw = self._http(
+            "POST", "127.0.0.1", self.etcd_port, "/v3/kv/range", tls=None,
+            body=json.dumps({"key": base64.b64encode(b"/").decode()}).encode(),
+        )  # fmt: skip
+        if status != 200:
+            raise ControlPlaneError("etcd", f"range failed: HTTP {status} {raw!r}")
+        return int(json.loads(raw)["header"]["revision"])
+
+    def compact_etcd(self, revision: int | None = None) -> int:
+        """Compact etcd up to ``revision`` (default: now); older resourceVersions become 410."""
+        revision = revision or self.etcd_revision()
+        status, raw = self._http(
+            "POST", "127.0.0.1", self.etcd_port, "/v3/kv/compaction", tls=None,
+            body=json.dumps({"revision": str(revision), "physical": True}).encode(),
+        )  # fmt: skip
+        if status != 200:
+            raise ControlPlaneError("etcd", f"compaction failed: HTTP {status} {raw!r}")
+        return revision
+
+
+def _check_loopback(host: str) -> None:
+    if not ipaddress.ip_address(host).is_loopback:
+        raise PermissionError(f"the harness only talks to loopback, not {host}")
+
+
+def _ip(*args: str) -> str:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PodNetworkError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+class PodNetwork:
+    """A network namespace holding every pod IP of a pod CIDR (see DESIGN "The pod network").
+
+    :meth:`create` makes a netns joined to the host by a veth pair, routes a free
+    /20 of ``198.18.0.0/16`` into it, gives the namespace a local route for that
+    whole range (one listener on ``0.0.0.0`` answers every pod IP) and no default
+    route, and verifies with ``ip route get`` that the range goes into its own veth
+    before returning (fail closed). :meth:`destroy` removes it all.
+
+    :meth:`spawn` runs a process inside; :meth:`publish` sends a JSON message to
+    every process connected to the Unix socket at :attr:`socket_path` (the last
+    message is replayed to late connections). :meth:`connect` is the only way
+    the harness dials a pod IP, and it refuses anything outside the CIDR.
+    """
+
+    def __init__(
+        self,
+        directory: pathlib.Path,
+        *,
+        parent_cidr: str = DEFAULT_POD_CIDR,
+        connections: list[tuple[str, int]] | None = None,
+    ) -> None:
+        self.directory = pathlib.Path(directory)
+        self.parent_cidr = ipaddress.ip_network(parent_cidr)
+        self.cidr = ""
+        suffix = secrets.token_hex(4)
+        self.namespace = f"rso-{suffix}"
+        self.host_veth = f"rsoh{suffix}"
+        self.pod_veth = f"rsop{suffix}"
+        self.socket_path = self.directory / "channel.sock"
+        self.connections = connections if connections is not None else []
+        self._procs: list[_Process] = []
+        self._server: socket.socket | None = None
+        self._clients: list[socket.socket] = []
+        self._last: bytes | None = None
+        self._lock = threading.Lock()
+        self._created = False
+
+    def create(self) -> PodNetwork:
+        if os.geteuid() != 0:
+            raise PodNetworkError("creating the pod network needs root (ip netns add); run as root")
+        if shutil.which("ip") is None:
+            raise PodNetworkError("the `ip` command (iproute2) is not installed")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.cidr = self._free_cidr()
+        self._created = True
+        try:
+            _ip("netns", "add", self.namespace)
+            _ip("link", "add", self.host_veth, "type", "veth", "peer", "name", self.pod_veth)
+            _ip("link", "set", self.pod_veth, "netns", self.namespace)
+            _ip("addr", "add", f"{HOST_VETH_ADDRESS}/32", "dev", self.host_veth)
+            _ip("link", "set", self.host_veth, "up")
+            _ip("route", "add", self.cidr, "dev", self.host_veth, "src", HOST_VETH_ADDRESS)
+            inside = ["-n", self.namespace]
+            _ip(*inside, "link", "set", "lo", "up")
+            _ip(*inside, "link", "set", self.pod_veth, "up")
+            _ip(*inside, "route", "add", f"{HOST_VETH_ADDRESS}/32", "dev", self.pod_veth)
+            _ip(*inside, "route", "add", "local", self.cidr, "dev", "lo")
+            self.verify()
+            self._serve_channel()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def _free_cidr(self) -> str:
+        for candidate in self.parent_cidr.subnets(new_prefix=20):
+            probe = str(candidate[1])
+            if "dev rsoh" not in _ip("route", "get", probe):
+                return str(candidate)
+        raise PodNetworkError(f"every /20 of {self.parent_cidr} is taken by another pod network")
+
+    def pod_ip(self, index: int = 1) -> str:
+        """The ``index``-th address of the pod CIDR (for listeners and tests)."""
+        return str(ipaddress.ip_network(self.cidr)[index])
+
+    def verify(self) -> None:
+        """Refuse to go on unless pod IPs route into our veth (and stay off everything else)."""
+        network = ipaddress.ip_network(self.cidr)
+        for probe in (network[1], network[network.num_addresses // 2], network[-2]):
+            route = _ip("route", "get", str(probe))
+            if f"dev {self.host_veth}" not in route:
+                raise PodNetworkError(f"{probe} does not route into {self.host_veth}: {route!r}")
+        done = subprocess.run(
+            ["ip", "-n", self.namespace, "route", "get", "1.1.1.1"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode == 0:
+            raise PodNetworkError(f"namespace {self.namespace} can reach outside: {done.stdout!r}")
+
+    def spawn(
+        self, args: Sequence[str], *, log_path: pathlib.Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:  # fmt: skip
+        """Start ``args`` inside the namespace (own process group; stopped on destroy)."""
+        name = pathlib.Path(args[0]).name
+        log_path = log_path or self.directory / f"{name}-{len(self._procs)}.log"
+        proc = _Process(name, ["ip", "netns", "exec", self.namespace, *args], log_path)
+        proc.args[0] = shutil.which("ip") or "/usr/sbin/ip"
+        proc.start(env)
+        self._procs.append(proc)
+        assert proc.popen is not None
+        return proc.popen
+
+    def connect(self, ip: str, port: int, timeout: float = 5.0) -> socket.socket:
+        """A TCP connection from the host to a pod IP in this network (nothing else)."""
+        if ipaddress.ip_address(ip) not in ipaddress.ip_network(self.cidr):
+            raise PermissionError(f"{ip} is not in this pod network ({self.cidr})")
+        self.connections.append((ip, port))
+        return socket.create_connection((ip, port), timeout=timeout)
+
+    # -- the Unix-socket channel ---------------------------------------------------------------
+
+    def _serve_channel(self) -> None:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(self.socket_path))
+        server.listen(16)
+        self._server = server
+        threading.Thread(target=self._accept, name="podnet-channel", daemon=True).start()
+
+    def _accept(self) -> None:
+        server = self._server
+        while server is not None:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            with self._lock:
+                if self._last is not None:
+                    with contextlib.suppress(OSError):
+                        client.sendall(self._last)
+                self._clients.append(client)
+
+    def publish(self, message: Mapping[str, Any]) -> None:
+        """Send ``message`` as one JSON line to every connected process."""
+        line = (json.dumps(message, sort_keys=True) + "\n").encode()
+        with self._lock:
+            self._last = line
+            for client in list(self._clients):
+                try:
+                    client.sendall(line)
+                except OSError:
+                    self._clients.remove(client)
+                    client.close()
+
+    def destroy(self) -> None:
+        for proc in reversed(self._procs):
+            proc.stop(timeout=5.0)
+        self._procs.clear()
+        server, self._server = self._server, None
+        if server is not None:
+            with contextlib.suppress(OSError):
+                server.shutdown(socket.SHUT_RDWR)
+            server.close()
+        with self._lock:
+            for client in self._clients:
+                client.close()
+            self._clients.clear()
+        if self._created:
+            # Deleting the namespace deletes its veth end, which takes the pair and the host route.
+            subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True, check=False)
+            subprocess.run(["ip", "link", "del", self.host_veth], capture_output=True, check=False)
+            self._created = False
+
+
+@contextlib.contextmanager
+def running(options: Options) -> Iterator[ControlPlane]:
+    """``with running(Options(...)) as cp:`` - start, yield, always stop."""
+    cp = ControlPlane(options)
+    try:
+        yield cp.start()
+    finally:
+        cp.stop()
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """``up``: run a full control plane until SIGINT/SIGTERM, printing the kubeconfig path."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m runtime.testing.controlplane")
+    parser.add_argument("command", choices=["up"])
+    parser.add_argument("--bin-dir", type=pathlib.Path, default=default_bin_dir())
+    parser.add_argument("--kubeconfig-out", type=pathlib.Path, default=None,
+                        help="also copy the kubeconfig here")  # fmt: skip
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--crd-dir", type=pathlib.Path, action="append", default=[])
+    parser.add_argument("--no-pod-network", action="store_true")
+    args = parser.parse_args(argv)
+    if args.bin_dir is None:
+        parser.error(f"--bin-dir is required (or set ${BIN_DIR_ENV})")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    options = Options(
+        bin_dir=args.bin_dir, controller_manager=True, scheduler=True, kwok=True,
+        nodes=args.nodes, pod_network=not args.no_pod_network, crd_dirs=args.crd_dir,
+    )  # fmt: skip
+    try:
+        with running(options) as cp:
+            assert cp.kubeconfig is not None
+            kubeconfig = cp.kubeconfig
+            if args.kubeconfig_out:
+                args.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(cp.kubeconfig, args.kubeconfig_out)
+                kubeconfig = args.kubeconfig_out
+            version = cp.request("GET", "/version")["gitVersion"]
+            print(f"control plane {version} up at {cp.api_url}", flush=True)
+            print(f"KUBECONFIG={kubeconfig}", flush=True)
+            stop.wait()
+    except ControlPlaneError as exc:
+        print(f"error: {exc}", flush=True)
+        return 1
+    finally:
+        if args.kubeconfig_out:
+            args.kubeconfig_out.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
