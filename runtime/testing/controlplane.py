@@ -151,6 +151,13 @@ class Options:
     start_timeout: float = 60.0
     """Seconds each component gets to become ready. Default 60 s."""
 
+    uncached_resources: Sequence[str] = ()
+    """Resources (``plural.group``, or ``plural`` for the core group) served without the
+    apiserver's watch cache, so their watches read etcd directly and
+    :meth:`ControlPlane.compact_etcd` makes old resourceVersions answer 410. (With the
+    watch cache, as in production, a watch is served from memory while its
+    resourceVersion is inside the cache's window, compaction or not.) Default none."""
+
     extra_apiserver_flags: Sequence[str] = ()
     """Appended to kube-apiserver's command line. Default none."""
 
@@ -394,10 +401,17 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--authorization-mode=RBAC",
-                "--disable-admission-plugins=ServiceAccount",
+                # No kubelet registers our nodes, so nothing would lift the not-ready
+                # taint that TaintNodesByCondition puts on new nodes.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 f"--service-account-issuer=https://127.0.0.1:{self.api_port}",
                 f"--service-account-key-file={certs / 'sa.pub'}",
                 f"--service-account-signing-key-file={certs / 'sa.key'}",
+                *(
+                    [f"--watch-cache-sizes={','.join(f'{r}#0' for r in opts.uncached_resources)}"]
+                    if opts.uncached_resources
+                    else []
+                ),
                 *opts.extra_apiserver_flags,
             ],
         )
@@ -600,6 +614,19 @@ class ControlPlane:
             raise ApiError(status, raw.decode(errors="replace"))
         return raw.decode()
 
+    def request_counts(self) -> dict[tuple[str, str, str], float]:
+        """``apiserver_request_total`` summed by (verb, resource, subresource), from the
+        apiserver's own ``/metrics`` - what benchmarks and tests count traffic with."""
+        counts: dict[tuple[str, str, str], float] = {}
+        for line in self.metrics().splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels_text, _, value = line[len("apiserver_request_total{") :].rpartition("} ")
+            labels = dict(part.split("=", 1) for part in _split_labels(labels_text) if "=" in part)
+            verb, resource, sub = (labels.get(k, "").strip('"') for k in _COUNT_LABELS)
+            counts[(verb, resource, sub)] = counts.get((verb, resource, sub), 0.0) + float(value)
+        return counts
+
     def _write_kubeconfig(self, certs: pathlib.Path) -> pathlib.Path:
         assert self.dir is not None
         config = {
@@ -685,7 +712,11 @@ class ControlPlane:
         return int(json.loads(raw)["header"]["revision"])
 
     def compact_etcd(self, revision: int | None = None) -> int:
-        """Compact etcd up to ``revision`` (default: now); older resourceVersions become 410."""
+        """Compact etcd up to ``revision`` (default: now).
+
+        Watches from older resourceVersions of ``Options.uncached_resources`` then
+        get 410 Gone; cached resources answer from the watch cache's window.
+        """
         revision = revision or self.etcd_revision()
         status, raw = self._http(
             "POST", "127.0.0.1", self.etcd_port, "/v3/kv/compaction", tls=None,
@@ -694,6 +725,25 @@ class ControlPlane:
         if status != 200:
             raise ControlPlaneError("etcd", f"compaction failed: HTTP {status} {raw!r}")
         return revision
+
+
+_COUNT_LABELS = ("verb", "resource", "subresource")
+
+
+def _split_labels(text: str) -> list[str]:
+    """Split ``a="x",b="y,z"`` on the commas between labels."""
+    parts, current, quoted = [], "", False
+    for char in text:
+        if char == '"':
+            quoted = not quoted
+        if char == "," and not quoted:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    if current:
+        parts.append(current)
+    return parts
 
 
 def _check_loopback(host: str) -> None:

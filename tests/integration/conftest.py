@@ -55,6 +55,7 @@ def control_plane(bin_dir: pathlib.Path) -> Iterator[controlplane.ControlPlane]:
         nodes=2,
         pod_network=True,
         crd_dirs=[CRDS],
+        uncached_resources=["gadgets.test.rayservice.dev"],
     )
     with controlplane.running(options) as cp:
         yield cp

@@ -101,8 +101,10 @@ async def test_watch_from_a_compacted_resource_version_is_gone(
     control_plane: controlplane.ControlPlane, api_client: k8s.ApiClient, namespace: str
 ) -> None:
     api = k8s.CustomObjectsApi(api_client)
-    args = (GROUP, VERSION, namespace, PLURAL)
-    first = await api.create_namespaced_custom_object(*args, widget("w3"), _request_timeout=10)
+    args = (GROUP, VERSION, namespace, "gadgets")  # served without the watch cache
+    first = await api.create_namespaced_custom_object(
+        *args, dict(widget("w3"), kind="Gadget"), _request_timeout=10
+    )
     old_rv = first["metadata"]["resourceVersion"]
     current = first
     for size in range(2, 6):
