@@ -173,8 +173,9 @@ class Family(Collector):
         assert isinstance(child, Gauge)
         return child
 
-    def func_gauge(self, fn: Callable[[], float], *labelvalues: str) -> FuncGauge:
-        """Set (or replace) the function that computes this child's value."""
+    def func(self, fn: Callable[[], float], *labelvalues: str) -> FuncGauge:
+        """Set (or replace) the function that computes this child's value at scrape time
+        (for a counter family: a value that only grows)."""
         child = self._child(labelvalues, lambda: FuncGauge(fn))
         assert isinstance(child, FuncGauge)
         child.fn = fn

@@ -106,6 +106,7 @@ class Engine:
         self.log = structlog.get_logger("runtime.controller").bind(controller=name)
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
+        self._slots: list[_Slot] = []
         self._results = {r: _total.counter(name, r) for r in _RESULTS}
         self._errors = _errors.counter(name)
         self._terminal = _terminal.counter(name)
@@ -128,11 +129,27 @@ class Engine:
                     f"controller {self.name!r}: caches did not sync within "
                     f"{self.cache_sync_timeout} s"
                 ) from None
-        tasks = [
-            asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}")
-            for i in range(self.workers)
-        ]
+        tasks = []
+        for i in range(self.workers):
+            slot = _Slot()
+            slot.task = asyncio.create_task(self._worker(slot), name=f"{self.name}-worker-{i}")
+            self._slots.append(slot)
+            tasks.append(slot.task)
+        watchdog = (
+            asyncio.create_task(self._watchdog(), name=f"{self.name}-watchdog")
+            if self.reconcile_timeout is not None
+            else None
+        )
         self.log.info("starting workers", worker_count=self.workers)
+        try:
+            await self._serve(stop, tasks)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+                await asyncio.gather(watchdog, return_exceptions=True)
+            self._slots.clear()
+
+    async def _serve(self, stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
         try:
             await stop.wait()
         except asyncio.CancelledError:
@@ -158,7 +175,27 @@ class Engine:
             await asyncio.gather(*pending, return_exceptions=True)
         self.log.info("all workers finished")
 
-    async def _worker(self) -> None:
+    async def _watchdog(self) -> None:
+        """Cancel reconciles that outlive ``reconcile_timeout``.
+
+        One timer per controller instead of one per reconcile (``asyncio.timeout``
+        costs a TimerHandle, a heap push and a cancel on every call - the largest
+        single cost of a fast reconcile). Precision: a quarter of the timeout, at
+        most 1 s.
+        """
+        assert self.reconcile_timeout is not None
+        limit = self.reconcile_timeout
+        tick = min(1.0, limit / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for slot in self._slots:
+                started = slot.started
+                if started is not None and not slot.timed_out and now - started >= limit:
+                    slot.timed_out = True
+                    slot.task.cancel()
+
+    async def _worker(self, slot: _Slot) -> None:
         queue = self.queue
         while not queue.shutting_down:
             try:
@@ -166,7 +203,7 @@ class Engine:
             except queue_.ShutDown:
                 return
             try:
-                await self.handle(request)
+                await self.handle(request, slot)
             finally:
                 queue.done(request)
             # A reconcile that never suspends (cache reads, nothing to write) would
@@ -174,11 +211,11 @@ class Engine:
             # probes or the other workers run.
             await asyncio.sleep(0)
 
-    async def handle(self, request: reconcile.Request) -> None:
+    async def handle(self, request: reconcile.Request, slot: _Slot) -> None:
         """Reconcile ``request`` once and apply the outcome to the queue."""
         queue = self.queue
         self._active.value += 1
-        started = time.perf_counter()
+        started = time.monotonic()
         reconcile_id = f"{self._id_prefix}-{next(self._ids)}"
         tokens = log_context.bind_contextvars(
             controller=self.name,
@@ -187,7 +224,7 @@ class Engine:
             reconcile_id=reconcile_id,
         )
         try:
-            result = await self._call(request)
+            result = await self._call(request, slot, started)
         except reconcile.TerminalError as exc:
             queue.forget(request)
             self._terminal.value += 1
@@ -213,24 +250,29 @@ class Engine:
             else:
                 self._results["success"].value += 1
         finally:
-            self._time.observe(time.perf_counter() - started)
+            self._time.observe(time.monotonic() - started)
             self._active.value -= 1
             log_context.reset_contextvars(**tokens)
 
-    async def _call(self, request: reconcile.Request) -> reconcile.Result:
-        if self.reconcile_timeout is None:
+    async def _call(
+        self, request: reconcile.Request, slot: _Slot, started: float
+    ) -> reconcile.Result:
+        slot.timed_out = False
+        slot.started = started
+        try:
             result = await self.reconciler.reconcile(request)
-        else:
-            scope = asyncio.timeout(self.reconcile_timeout)
-            try:
-                async with scope:
-                    result = await self.reconciler.reconcile(request)
-            except TimeoutError as exc:
-                if not scope.expired():
-                    raise  # the reconciler's own TimeoutError, not ours
-                raise ReconcileTimeout(
-                    f"reconcile of {request} exceeded {self.reconcile_timeout} s"
-                ) from exc
+        except asyncio.CancelledError:
+            if not slot.timed_out:
+                raise  # a stop, not our timeout
+            slot.task.uncancel()
+            raise ReconcileTimeout(
+                f"reconcile of {request} exceeded {self.reconcile_timeout} s"
+            ) from None
+        finally:
+            slot.started = None
+        if slot.timed_out:  # the reconciler swallowed the cancellation
+            slot.task.uncancel()
+            raise ReconcileTimeout(f"reconcile of {request} exceeded {self.reconcile_timeout} s")
         if result is None:
             return _SUCCESS
         if not isinstance(result, reconcile.Result):
@@ -238,6 +280,17 @@ class Engine:
                 f"{self.reconciler!r}.reconcile returned {result!r}; expected a Result (or None)"
             )
         return result
+
+
+class _Slot:
+    """One worker: its task, and when its current reconcile started (None when idle)."""
+
+    __slots__ = ("started", "task", "timed_out")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] = None  # type: ignore[assignment]
+        self.started: float | None = None
+        self.timed_out = False
 
 
 class ReconcileTimeout(Exception):

@@ -61,7 +61,7 @@ class DelayingQueue(queue.Queue[T]):
         if self._shutting_down:
             return
         if self._metrics is not None:
-            self._metrics.retry()
+            self._metrics.retries += 1
         if delay <= 0:
             self.add(item)
             return

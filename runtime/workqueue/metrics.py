@@ -13,20 +13,23 @@ Only named queues report. Series (all with label ``name``):
 - ``workqueue_retries_total`` (counter): delayed adds (``add_after`` / rate-limited adds).
 
 Histogram buckets are client-go's: 10 ns times powers of ten, 12 buckets.
-Queues that share a name share their series (the name is the identity, as in
-client-go); give each controller's queue its own name.
+
+The queue updates these itself, on its hot path, as plain attribute arithmetic
+(see :mod:`runtime.metrics` for why); this module owns the series and computes
+the scrape-time gauges from the queues' processing timestamps. Queues that share
+a name share their series (the name is the identity, as in client-go); give each
+controller's queue its own name.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Hashable
-from typing import Any
+import weakref
+from typing import Protocol
 
 from runtime import clock as clock_
 from runtime import metrics
 
-__all__ = ["QueueMetrics", "for_name"]
+__all__ = ["QueueMetrics", "for_queue"]
 
 _BUCKETS = metrics.exponential_buckets(10e-9, 10, 12)
 
@@ -65,83 +68,55 @@ _retries = metrics.Family(
     "workqueue_retries_total", "Total number of retries handled by workqueue", "counter", ("name",)
 )
 
-_by_name: dict[str, QueueMetrics] = {}
+
+class TimedQueue(Protocol):
+    """What the scrape-time gauges read from a queue."""
+
+    _clock: clock_.Clock
+
+    def processing_since(self) -> list[float]: ...
 
 
 class QueueMetrics:
-    """The series of one named queue. Methods are called by the queue, in the loop thread."""
+    """The series of one queue name; the queue updates the fields directly."""
 
-    __slots__ = (
-        "_add_times",
-        "_now",
-        "_processing_start",
-        "adds",
-        "depth",
-        "latency",
-        "name",
-        "retries",
-        "work",
-    )
+    __slots__ = ("__weakref__", "adds", "depth", "latency", "name", "queues", "retries", "work")
 
-    def __init__(self, name: str, clock: clock_.Clock) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self._now = clock.now
-        self.depth = _depth.gauge(name)
-        self.adds = _adds.counter(name)
+        self.adds = 0
+        self.depth = 0
+        self.retries = 0
         self.latency = _latency.histogram(name)
         self.work = _work.histogram(name)
-        self.retries = _retries.counter(name)
-        self._add_times: dict[Any, float] = {}
-        self._processing_start: dict[Any, float] = {}
-        _unfinished.func_gauge(self.unfinished_work_seconds, name)
-        _longest.func_gauge(self.longest_running_processor_seconds, name)
+        self.queues: weakref.WeakSet[TimedQueue] = weakref.WeakSet()
+        _adds.func(lambda: self.adds, name)
+        _depth.func(lambda: self.depth, name)
+        _retries.func(lambda: self.retries, name)
+        _unfinished.func(self.unfinished_work_seconds, name)
+        _longest.func(self.longest_running_processor_seconds, name)
 
-    # add/get/done run on every queue operation: plain arithmetic, one clock read each.
-
-    def add(self, item: Hashable) -> None:
-        self.adds.value += 1
-        self.depth.value += 1
-        if item not in self._add_times:
-            self._add_times[item] = self._now()
-
-    def get(self, item: Hashable) -> None:
-        now = self._now()
-        self.depth.value -= 1
-        start = self._add_times.pop(item, None)
-        if start is not None:
-            hist = self.latency
-            hist.counts[bisect.bisect_left(hist.bounds, now - start)] += 1
-            hist.sum += now - start
-        self._processing_start[item] = now
-
-    def done(self, item: Hashable) -> None:
-        start = self._processing_start.pop(item, None)
-        if start is not None:
-            took = self._now() - start
-            hist = self.work
-            hist.counts[bisect.bisect_left(hist.bounds, took)] += 1
-            hist.sum += took
-
-    def retry(self) -> None:
-        self.retries.value += 1
+    def _ages(self) -> list[float]:
+        ages: list[float] = []
+        for queue in list(self.queues):
+            now = queue._clock.now()
+            ages.extend(now - started for started in queue.processing_since())
+        return ages
 
     def unfinished_work_seconds(self) -> float:
-        now = self._now()
-        return sum(now - t for t in list(self._processing_start.values()))
+        return sum(self._ages())
 
     def longest_running_processor_seconds(self) -> float:
-        starts = list(self._processing_start.values())
-        return self._now() - min(starts) if starts else 0.0
+        return max(self._ages(), default=0.0)
 
 
-def for_name(name: str, clock: clock_.Clock) -> QueueMetrics:
-    """The series for queue ``name`` (created on first use; later queues reuse them).
+_by_name: dict[str, QueueMetrics] = {}
 
-    The clock of the latest queue to claim a name is the one used for its timings.
-    """
-    existing = _by_name.get(name)
-    if existing is not None:
-        existing._now = clock.now
-        return existing
-    created = _by_name[name] = QueueMetrics(name, clock)
-    return created
+
+def for_queue(name: str, queue: TimedQueue) -> QueueMetrics:
+    """The series for queue ``name`` (created on first use), with ``queue`` attached."""
+    found = _by_name.get(name)
+    if found is None:
+        found = _by_name[name] = QueueMetrics(name)
+    found.queues.add(queue)
+    return found

@@ -42,6 +42,7 @@ usual key.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 from collections.abc import Hashable
@@ -63,7 +64,7 @@ class Queue(Generic[T]):
     """A FIFO work queue with dirty/processing sets (see the module docstring).
 
     ``name`` turns on the ``workqueue_*`` metrics for this queue; an unnamed queue
-    reports none. ``clock`` is used for the metrics' timings.
+    reports none and reads no clock. ``clock`` is used for the metrics' timings.
     """
 
     def __init__(self, name: str = "", *, clock: clock_.Clock | None = None) -> None:
@@ -71,11 +72,18 @@ class Queue(Generic[T]):
         self._clock = clock or clock_.REAL_CLOCK
         self._queue: collections.deque[T] = collections.deque()
         self._dirty: set[T] = set()
-        self._processing: set[T] = set()
+        # Key -> when it was handed out (0.0 for an unnamed queue): the processing set.
+        self._processing: dict[T, float] = {}
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._shutting_down = False
         self._drained: asyncio.Event | None = None
-        self._metrics = metrics.for_name(name, self._clock) if name else None
+        # Metrics keep their timestamps beside the keys, so timing costs no extra lookups:
+        # when each queued key was added (in step with _queue), and adds of keys that
+        # were being processed at the time.
+        self._metrics = metrics.for_queue(name, self) if name else None
+        self._queued_at: collections.deque[float] = collections.deque()
+        self._readded_at: dict[T, float] = {}
+        self._now = self._clock.now
 
     def __len__(self) -> int:
         """Keys queued and ready to be handed out (not those being processed)."""
@@ -90,14 +98,24 @@ class Queue(Generic[T]):
         """Number of keys handed out and not yet done."""
         return len(self._processing)
 
+    def processing_since(self) -> list[float]:
+        """When each key now being processed was handed out (named queues only)."""
+        return list(self._processing.values())
+
     def add(self, item: T) -> None:
         """Mark ``item`` as needing processing (see rules 1, 2 and 4)."""
         if self._shutting_down or item in self._dirty:
             return
-        if self._metrics is not None:
-            self._metrics.add(item)
         self._dirty.add(item)
-        if item in self._processing:
+        m = self._metrics
+        if m is not None:
+            m.adds += 1
+            m.depth += 1
+            if item in self._processing:
+                self._readded_at[item] = self._now()
+                return
+            self._queued_at.append(self._now())
+        elif item in self._processing:
             return
         self._queue.append(item)
         if self._waiters:
@@ -110,18 +128,33 @@ class Queue(Generic[T]):
                 raise ShutDown
             await self._wait()
         item = self._queue.popleft()
-        if self._metrics is not None:
-            self._metrics.get(item)
-        self._processing.add(item)
+        m = self._metrics
+        if m is not None:
+            now = self._now()
+            m.depth -= 1
+            waited = now - self._queued_at.popleft()
+            hist = m.latency
+            hist.counts[bisect.bisect_left(hist.bounds, waited)] += 1
+            hist.sum += waited
+            self._processing[item] = now
+        else:
+            self._processing[item] = 0.0
         self._dirty.discard(item)
         return item
 
     def done(self, item: T) -> None:
         """Finish processing ``item``; queue it again if it was added meanwhile."""
-        if self._metrics is not None:
-            self._metrics.done(item)
-        self._processing.discard(item)
+        started = self._processing.pop(item, None)
+        m = self._metrics
+        if m is not None and started is not None:
+            took = self._now() - started
+            hist = m.work
+            hist.counts[bisect.bisect_left(hist.bounds, took)] += 1
+            hist.sum += took
         if item in self._dirty:
+            if m is not None:
+                readded = self._readded_at.pop(item, None)
+                self._queued_at.append(self._now() if readded is None else readded)
             self._queue.append(item)
             if self._waiters:
                 self._wake_one()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Awaitable, Callable
 
@@ -479,3 +480,25 @@ async def test_a_backlog_of_instant_reconciles_does_not_starve_the_loop() -> Non
         await asyncio.wait_for(bystander(), 5)
     assert len(seen_by_bystander) > 10, "other tasks must run while the backlog drains"
     assert done == 100
+
+
+async def test_reconciler_that_swallows_the_timeout_still_counts_as_timed_out() -> None:
+    attempts = 0
+
+    async def handler(req: reconcile.Request) -> reconcile.Result:
+        nonlocal attempts
+        attempts += 1
+        with contextlib.suppress(asyncio.CancelledError):  # misbehaving: swallows it
+            await asyncio.sleep(3600)
+        return reconcile.Result()
+
+    with log_testing.capture_logs() as logs:
+        async with Harness(handler, reconcile_timeout=0.02) as h:
+            h.send()
+            await asyncio.sleep(0.1)
+            assert count("controller_runtime_reconcile_errors_total", h.name) == 1
+            assert count("controller_runtime_reconcile_total", h.name, result="success") == 0
+            await h.advance(0.005)
+            assert attempts == 2, "the worker survives and the key is retried"
+    [failure, *_] = [e for e in logs if e["event"].startswith("reconcile failed")]
+    assert "exceeded 0.02 s" in str(failure["exc_info"])

@@ -17,7 +17,7 @@ def test_families_expose_in_prometheus_text_format() -> None:
     gauge.gauge().dec(2)
     for value in (0.05, 0.1, 0.5, 7):
         hist.histogram().observe(value)
-    func.func_gauge(lambda: 42.0)
+    func.func(lambda: 42.0)
     text = prometheus_client.generate_latest(reg).decode()
     assert 't_requests_total{code="200"} 3.0' in text
     assert "t_depth 3.0" in text

@@ -63,3 +63,21 @@ async def test_unnamed_queue_reports_nothing() -> None:
     q.done("a")
     after = {m.name: len(m.samples) for m in metrics.registry.collect()}
     assert before == after
+
+
+async def test_re_add_while_processing_measures_latency_from_the_re_add() -> None:
+    clock = fake.FakeClock()
+    name = f"metrics-test-{next(_names)}"
+    q: ratelimiting.RateLimitingQueue[str] = ratelimiting.RateLimitingQueue(name, clock=clock)
+    q.add("a")
+    await q.get()
+    clock.advance(1)
+    q.add("a")  # while processing: waits for done
+    assert sample("workqueue_depth", name) == 1
+    clock.advance(2)
+    q.done("a")
+    assert sample("workqueue_work_duration_seconds", name, "_sum") == 3
+    await q.get()
+    assert sample("workqueue_queue_duration_seconds", name, "_sum") == 2  # 0 for the first get
+    assert sample("workqueue_depth", name) == 0
+    q.done("a")
