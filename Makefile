@@ -65,8 +65,9 @@ lint: $(STAMP) ## ruff, mypy (strict for runtime/) and the import-layering check
 	$(VENV)/bin/lint-imports
 
 .PHONY: bench
-bench: $(STAMP) ## Run the benchmarks in hack/bench (each prints one JSON line last)
+bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints one JSON line last)
 	$(PY) hack/bench/workqueue.py
+	$(PY) hack/bench/cache.py
 
 .PHONY: run
 run: $(STAMP) ## Run the operator (not yet: arrives with the Manager issue)

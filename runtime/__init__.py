@@ -9,8 +9,17 @@ The pieces, bottom up (each module's docstring is its contract):
 - :mod:`runtime.workqueue`: client-go's work queue (one worker per key, adds
   collapse), delayed adds, and rate limiters (per-key exponential backoff plus a
   token bucket shared by all keys).
-- :mod:`runtime.source`: where requests come from (:class:`source.Channel` for
-  in-process triggers).
+- :mod:`runtime.client`: an async REST client, generic over kinds, with typed
+  errors, timeouts and retries on every call.
+- :mod:`runtime.cache`: watch-fed informers and the cache reader reconcilers
+  read from (zero GETs per reconcile, no copies, write-through of our own writes).
+- :mod:`runtime.status`: the status writer - no write when nothing meaningful
+  changed, optimistic concurrency, conflicts resolved or reported stale.
+- :mod:`runtime.objects`: change-gated ``create_or_update``, owner references, finalizers.
+- :mod:`runtime.source`, :mod:`runtime.handler`, :mod:`runtime.predicate`: where
+  requests come from (:class:`source.Kind` for a cached resource,
+  :class:`source.Channel` for in-process triggers), which requests an event
+  causes, and which events count.
 - :mod:`runtime.controller`: :class:`Controller` wires sources -> queue ->
   workers -> reconciler and applies each outcome to the queue.
 - :mod:`runtime.metrics`: the Prometheus registry the framework reports into
@@ -27,7 +36,20 @@ A minimal controller:
 True
 """
 
-from runtime import clock, controller, metrics, reconcile, source, workqueue
+from runtime import (
+    cache,
+    client,
+    clock,
+    controller,
+    handler,
+    metrics,
+    objects,
+    predicate,
+    reconcile,
+    source,
+    status,
+    workqueue,
+)
 from runtime.controller import Controller
 from runtime.controller import Options as ControllerOptions
 from runtime.reconcile import Func, Reconciler, Request, Result, TerminalError
@@ -40,10 +62,16 @@ __all__ = [
     "Request",
     "Result",
     "TerminalError",
+    "cache",
+    "client",
     "clock",
     "controller",
+    "handler",
     "metrics",
+    "objects",
+    "predicate",
     "reconcile",
     "source",
+    "status",
     "workqueue",
 ]

@@ -15,6 +15,11 @@ are added to every queue it was started with (requests sent before start are
 kept and delivered on start). Use it for triggers that do not come from the
 API server (a webhook, a timer, a test).
 
+:class:`Kind` is the informer-backed source: changes to one resource, seen
+through a :class:`~runtime.cache.Cache`, filtered by predicates and mapped to
+requests by a handler (the object itself by default, or its controller owner).
+It is a :class:`SyncingSource`.
+
 >>> import asyncio
 >>> from runtime.reconcile import Request
 >>> from runtime.workqueue import Queue
@@ -31,11 +36,17 @@ API server (a webhook, a timer, a test).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from runtime import handler as handler_
+from runtime import predicate as predicate_
 from runtime import reconcile
+from runtime.cache import cache as cache_
+from runtime.cache import informer as informer_
+from runtime.client import resources
 
-__all__ = ["Channel", "RequestQueue", "Source", "SyncingSource"]
+__all__ = ["Channel", "Kind", "RequestQueue", "Source", "SyncingSource"]
 
 
 class RequestQueue(Protocol):
@@ -82,3 +93,40 @@ class Channel:
             return
         for queue in self._queues:
             queue.add(request)
+
+
+class Kind:
+    """Changes to ``resource`` from ``cache``, filtered by ``predicates`` (all must
+    pass) and mapped to requests by ``handler`` (default: the object itself)."""
+
+    def __init__(
+        self,
+        cache: cache_.Cache,
+        resource: resources.Resource,
+        handler: handler_.EventHandler | None = None,
+        predicates: Sequence[predicate_.Predicate] = (),
+    ) -> None:
+        self.cache = cache
+        self.resource = resource
+        self.handler = handler or handler_.for_object()
+        self.predicates = tuple(predicates)
+        self._informer: informer_.SharedInformer | None = None
+
+    async def start(self, queue: RequestQueue) -> None:
+        handler, predicates = self.handler, self.predicates
+
+        def on_event(event: informer_.Event) -> None:
+            for predicate in predicates:
+                if not predicate(event):
+                    return
+            for request in handler(event):
+                queue.add(request)
+
+        self._informer = self.cache.informer(self.resource)
+        self._informer.add_handler(on_event)
+
+    async def wait_for_sync(self) -> None:
+        await self.cache.informer(self.resource).wait_for_sync()
+
+    def __repr__(self) -> str:
+        return f"Kind({self.resource})"

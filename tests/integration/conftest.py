@@ -6,6 +6,8 @@
   failure fails the tests with the Go error; nothing here ever skips.
 - ``namespace``: a fresh namespace per test (deleted afterwards).
 - ``api_client``: a kubernetes-asyncio ``ApiClient`` configured from the kubeconfig.
+- ``client``: our :class:`runtime.client.Client` from the kubeconfig, with the test
+  kinds (``WIDGETS``, ``GADGETS``) registered.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
+from runtime.client import client as client_
+from runtime.client import resources
 from runtime.testing import controlplane
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -80,3 +84,16 @@ async def api_client(control_plane: controlplane.ControlPlane) -> AsyncIterator[
     )
     async with k8s.ApiClient(configuration=configuration) as api:
         yield api
+
+
+WIDGETS = resources.Resource("test.rayservice.dev", "v1", "Widget", "widgets")
+GADGETS = resources.Resource("test.rayservice.dev", "v1", "Gadget", "gadgets")
+
+
+@pytest.fixture
+async def client(control_plane: controlplane.ControlPlane) -> AsyncIterator[client_.Client]:
+    c = await client_.Client.from_kubeconfig(control_plane.kubeconfig)
+    c.registry.register(WIDGETS)
+    c.registry.register(GADGETS)
+    async with c:
+        yield c

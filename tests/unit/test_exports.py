@@ -14,7 +14,15 @@ PUBLIC = [
     "runtime.reconcile",
     "runtime.source",
     "runtime.workqueue",
+    "runtime.cache",
+    "runtime.client",
+    "runtime.status",
+    "runtime.objects",
+    "runtime.handler",
+    "runtime.predicate",
     "runtime.testing.clock",
+    "runtime.testing.fake",
+    "runtime.testing.controlplane",
 ]
 
 

@@ -1,0 +1,26 @@
+"""Watch-fed caches: reflector -> store (with indexes) -> shared informer -> cache reader.
+
+- :mod:`runtime.cache.store`: :class:`Store`, indexers, the default transform,
+  mutation detection;
+- :mod:`runtime.cache.reflector`: :class:`Reflector` (list, watch, bookmarks, 410 relist, backoff);
+- :mod:`runtime.cache.informer`: :class:`SharedInformer` and :class:`Event`;
+- :mod:`runtime.cache.cache`: :class:`Cache`, the reader reconcilers use, with write-through;
+- :mod:`runtime.cache.selector`: label selectors.
+"""
+
+from runtime.cache import informer, reflector, selector, store
+from runtime.cache.cache import Cache
+from runtime.cache.informer import Event, SharedInformer
+from runtime.cache.store import CacheMutationError, Store
+
+__all__ = [
+    "Cache",
+    "CacheMutationError",
+    "Event",
+    "SharedInformer",
+    "Store",
+    "informer",
+    "reflector",
+    "selector",
+    "store",
+]

@@ -1,0 +1,172 @@
+"""The reflector: keeps a :class:`~runtime.cache.store.Store` equal to the server, by list + watch.
+
+Contract (client-go's reflector, in our words):
+
+1. **List** every page (500 per page); the first list asks for
+   ``resourceVersion=0`` (served from the apiserver's watch cache, cheap), a
+   relist after 410 asks for ``""`` (a consistent read from etcd). The store is
+   **replaced**: objects that vanished are reported as deletes.
+2. **Watch** from the list's resourceVersion with ``allowWatchBookmarks=true`` and
+   a random ``timeoutSeconds`` in [5 min, 10 min] (so many clients do not
+   reconnect in step). ADDED/MODIFIED upsert, DELETED removes, BOOKMARK only
+   advances the resourceVersion. A watch that ends normally is resumed from the
+   last resourceVersion seen, without a list.
+3. **410 Gone** (or an ``Expired`` error event) means our resourceVersion was
+   compacted away: relist (consistent) and replace.
+4. Other errors (connection lost, 5xx, a watch silent past the client's inactivity
+   timeout) back off - 0.8 s doubling to 30 s with full jitter, reset after 2 min
+   without errors - and resume the watch (or retry the list).
+5. A watch event older than what the store holds (a write-through of our own
+   newer write got there first) does not roll the store back.
+
+Every change is reported to ``on_event(type, obj, old)`` with type ``"add"``,
+``"update"`` or ``"delete"``, in the order the server sent them; ``on_synced()``
+is called after the first successful list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+
+import aiohttp
+import structlog
+
+from runtime import clock as clock_
+from runtime.cache import store as store_
+from runtime.client import client as client_
+from runtime.client import errors, resources
+
+__all__ = ["Backoff", "EventHandler", "Reflector"]
+
+EventHandler = Callable[[str, store_.Obj, store_.Obj | None], None]
+
+
+class Backoff:
+    """Exponential backoff with full jitter: ``initial * 2**n`` up to ``cap``, randomised
+    into ``[d, 2d)``; resets once ``reset_after`` seconds passed since the last failure."""
+
+    def __init__(
+        self, initial: float = 0.8, cap: float = 30.0, reset_after: float = 120.0,
+        clock: clock_.Clock | None = None, rng: random.Random | None = None,
+    ) -> None:  # fmt: skip
+        self.initial, self.cap, self.reset_after = initial, cap, reset_after
+        self._clock = clock or clock_.REAL_CLOCK
+        self._rng = rng or random.Random()
+        self._next = initial
+        self._last_failure: float | None = None
+
+    def next(self) -> float:
+        now = self._clock.now()
+        if self._last_failure is not None and now - self._last_failure > self.reset_after:
+            self._next = self.initial
+        self._last_failure = now
+        delay = min(self._next, self.cap)
+        self._next = min(self._next * 2, self.cap)
+        return delay * (1 + self._rng.random())
+
+
+class Reflector:
+    """Lists and watches one resource into a store (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: client_.Client,
+        resource: resources.Resource,
+        store: store_.Store,
+        on_event: EventHandler,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        on_synced: Callable[[], None] | None = None,
+        page_size: int = 500,
+        min_watch_timeout: int = 300,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.store = store
+        self.on_event = on_event
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.on_synced = on_synced
+        self.page_size = page_size
+        self.min_watch_timeout = min_watch_timeout
+        self.backoff = backoff or Backoff()
+        self.resource_version: str | None = None
+        self.lists = 0
+        """Lists done so far (the first, plus one per relist)."""
+        self.log = structlog.get_logger("runtime.cache").bind(resource=str(resource))
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        relist_consistent = False
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list("" if relist_consistent else "0")
+                    need_list = False
+                await self._watch()
+            except asyncio.CancelledError:
+                raise
+            except errors.Gone as exc:
+                self.log.info("resourceVersion expired; relisting", error=str(exc))
+                need_list, relist_consistent = True, True
+            except (errors.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                delay = self.backoff.next()
+                self.log.warning(
+                    "list/watch failed; backing off", error=repr(exc), retry_in_s=round(delay, 2)
+                )
+                await asyncio.sleep(delay)
+
+    async def _list(self, resource_version: str) -> None:
+        result = await self.client.list(
+            self.resource,
+            self.namespace,
+            label_selector=self.label_selector,
+            resource_version=resource_version,
+            page_size=self.page_size,
+        )
+        upserted, deleted = self.store.replace(result.items)
+        self.resource_version = result.resource_version
+        self.lists += 1
+        for obj, old in upserted:
+            self.on_event("add" if old is None else "update", obj, old)
+        for gone in deleted:
+            self.on_event("delete", gone, None)
+        if self.lists == 1 and self.on_synced is not None:
+            self.on_synced()
+
+    async def _watch(self) -> None:
+        timeout = random.randint(self.min_watch_timeout, 2 * self.min_watch_timeout)
+        events = self.client.watch(
+            self.resource,
+            self.namespace,
+            resource_version=self.resource_version,
+            timeout_seconds=timeout,
+            label_selector=self.label_selector,
+            allow_bookmarks=True,
+        )
+        store = self.store
+        async for event in events:
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            rv = obj.get("metadata", {}).get("resourceVersion")
+            if kind == "BOOKMARK":
+                self.resource_version = rv
+                continue
+            if kind in ("ADDED", "MODIFIED"):
+                key = store_.key_for(obj)
+                current = store.get(key)
+                current_rv = current["metadata"].get("resourceVersion") if current else None
+                if current is None or store_.newer(rv, current_rv):
+                    stored, old = store.upsert(obj)
+                    self.on_event("add" if old is None else "update", stored, old)
+            elif kind == "DELETED":
+                gone = store.delete(store_.key_for(obj))
+                if gone is not None:
+                    self.on_event("delete", gone, None)
+            if rv:
+                self.resource_version = rv

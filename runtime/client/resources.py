@@ -1,0 +1,136 @@
+"""Which URL a kind lives at: a small registry from (apiVersion, kind) to a :class:`Resource`.
+
+The client is generic: objects are plain JSON dicts, and the registry says where
+each kind is served (group, version, plural, namespaced or not). Common
+built-in kinds are registered; register your own CRDs (or fill the registry from
+discovery with :meth:`runtime.client.Client.discover`).
+
+>>> pods = default_registry.for_kind("v1", "Pod")
+>>> pods.path("ns", "web-0", "status")
+'/api/v1/namespaces/ns/pods/web-0/status'
+>>> Resource("ray.io", "v1", "RayService", "rayservices").path("ns")
+'/apis/ray.io/v1/namespaces/ns/rayservices'
+>>> default_registry.for_kind("apps/v1", "Deployment").path()
+'/apis/apps/v1/deployments'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["Registry", "Resource", "default_registry"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resource:
+    """A served resource: ``group`` is ``""`` for the core API."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+    _hash: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Resources key every cache lookup: hash once, not per lookup.
+        object.__setattr__(self, "_hash", hash((self.group, self.version, self.plural)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:  # fmt: skip
+        """The URL path; without ``namespace`` a namespaced kind lists across namespaces."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        elif subresource:
+            raise ValueError("a subresource needs an object name")
+        return base
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+_BUILTIN = [
+    Resource("", "v1", "Pod", "pods"),
+    Resource("", "v1", "Service", "services"),
+    Resource("", "v1", "ConfigMap", "configmaps"),
+    Resource("", "v1", "Secret", "secrets"),
+    Resource("", "v1", "Event", "events"),
+    Resource("", "v1", "ServiceAccount", "serviceaccounts"),
+    Resource("", "v1", "Endpoints", "endpoints"),
+    Resource("", "v1", "Namespace", "namespaces", namespaced=False),
+    Resource("", "v1", "Node", "nodes", namespaced=False),
+    Resource("apps", "v1", "Deployment", "deployments"),
+    Resource("apps", "v1", "ReplicaSet", "replicasets"),
+    Resource("batch", "v1", "Job", "jobs"),
+    Resource("coordination.k8s.io", "v1", "Lease", "leases"),
+    Resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+    Resource("events.k8s.io", "v1", "Event", "events"),
+    Resource("networking.k8s.io", "v1", "Ingress", "ingresses"),
+    Resource("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+    Resource("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False),
+    Resource(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        namespaced=False,
+    ),
+    Resource(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        namespaced=False,
+    ),
+]
+
+
+class Registry:
+    """(apiVersion, kind) -> :class:`Resource`."""
+
+    def __init__(self, resources: Iterable[Resource] = ()) -> None:
+        self._by_kind: dict[tuple[str, str], Resource] = {}
+        for resource in resources:
+            self.register(resource)
+
+    def register(self, resource: Resource) -> Resource:
+        self._by_kind[(resource.api_version, resource.kind)] = resource
+        return resource
+
+    def for_kind(self, api_version: str, kind: str) -> Resource:
+        try:
+            return self._by_kind[(api_version, kind)]
+        except KeyError:
+            raise LookupError(
+                f"unknown kind {kind} in {api_version}: register it "
+                "(runtime.client.resources.Resource) or run discovery"
+            ) from None
+
+    def for_object(self, obj: Mapping[str, Any]) -> Resource:
+        return self.for_kind(obj.get("apiVersion", ""), obj.get("kind", ""))
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._by_kind
+
+    def copy(self) -> Registry:
+        return Registry(self._by_kind.values())
+
+
+default_registry = Registry(_BUILTIN)
+"""Built-in kinds; copied into each client that is given no registry."""

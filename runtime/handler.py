@@ -1,0 +1,70 @@
+"""Event handlers: which requests a change to an object should cause.
+
+A handler maps an :class:`~runtime.cache.informer.Event` to the
+:class:`~runtime.reconcile.Request` keys to enqueue:
+
+- :func:`for_object`: the object itself (``For(RayService)``);
+- :func:`for_owner`: its **controller** owner, if that owner has the given kind
+  (``Owns(RayCluster)``: a change to a RayCluster reconciles its RayService);
+- :func:`map_to`: anything a function returns (for relations that are not
+  owner references, e.g. by label).
+
+>>> from runtime.cache.informer import Event
+>>> ref = {"apiVersion": "ray.io/v1", "kind": "RayService", "name": "svc",
+...        "uid": "u1", "controller": True}
+>>> pod = {"metadata": {"namespace": "ns", "name": "svc-head", "ownerReferences": [ref]}}
+>>> for_object()(Event("add", pod)), for_owner("ray.io/v1", "RayService")(Event("add", pod))
+([Request(namespace='ns', name='svc-head')], [Request(namespace='ns', name='svc')])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from runtime import reconcile
+from runtime.cache import informer
+
+__all__ = ["EventHandler", "for_object", "for_owner", "map_to"]
+
+EventHandler = Callable[[informer.Event], list[reconcile.Request]]
+
+
+def for_object() -> EventHandler:
+    """Enqueue the changed object."""
+
+    def handle(event: informer.Event) -> list[reconcile.Request]:
+        meta = event.obj["metadata"]
+        return [reconcile.Request(meta.get("namespace") or "", meta["name"])]
+
+    return handle
+
+
+def for_owner(api_version: str, kind: str) -> EventHandler:
+    """Enqueue the object's controller owner when it is a ``kind`` of ``api_version``.
+
+    The group is compared, not the version (an owner reference written with an
+    older version of the same group still matches).
+    """
+    group = api_version.rpartition("/")[0]
+
+    def handle(event: informer.Event) -> list[reconcile.Request]:
+        meta = event.obj["metadata"]
+        for ref in meta.get("ownerReferences") or ():
+            if not ref.get("controller") or ref.get("kind") != kind:
+                continue
+            if ref.get("apiVersion", "").rpartition("/")[0] != group:
+                continue
+            return [reconcile.Request(meta.get("namespace") or "", ref["name"])]
+        return []
+
+    return handle
+
+
+def map_to(fn: Callable[[dict[str, Any]], Iterable[reconcile.Request]]) -> EventHandler:
+    """Enqueue whatever ``fn(obj)`` returns."""
+
+    def handle(event: informer.Event) -> list[reconcile.Request]:
+        return list(fn(event.obj))
+
+    return handle

@@ -1,0 +1,157 @@
+"""Helpers for writing owned objects: change-gated create-or-update, owner references, finalizers.
+
+:func:`create_or_update` is the spec/metadata counterpart of the status writer:
+read the object (from the cache when one is given: zero GETs), apply
+``mutate`` to a **copy**, and write only if the result differs semantically
+from what is there. It never writes an object that did not change.
+
+>>> owner = {"apiVersion": "ray.io/v1", "kind": "RayService",
+...          "metadata": {"name": "svc", "uid": "u1"}}
+>>> child = {"metadata": {"name": "svc-raycluster-abcde"}}
+>>> set_controller_reference(owner, child)["metadata"]["ownerReferences"][0]["controller"]
+True
+>>> FINALIZER = "ray.io/rayservice-finalizer"
+>>> add_finalizer(child, FINALIZER), has_finalizer(child, FINALIZER)
+(True, True)
+>>> add_finalizer(child, FINALIZER)   # already there: nothing to write
+False
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from runtime import status
+from runtime.cache import cache as cache_
+from runtime.client import errors, resources
+
+__all__ = [
+    "AlreadyOwnedError",
+    "Operation",
+    "add_finalizer",
+    "create_or_update",
+    "has_finalizer",
+    "remove_finalizer",
+    "set_controller_reference",
+]
+
+Obj = dict[str, Any]
+
+
+class WriteClient(Protocol):
+    async def get(self, resource: resources.Resource, namespace: str | None, name: str) -> Obj: ...
+
+    async def create(self, obj: Obj, *, namespace: str | None = None) -> Obj: ...
+
+    async def update(self, obj: Obj, *, subresource: str | None = None) -> Obj: ...
+
+
+class Operation(enum.Enum):
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+
+
+class AlreadyOwnedError(ValueError):
+    """The object already has a different controller owner."""
+
+
+def set_controller_reference(owner: Obj, obj: Obj, *, block_owner_deletion: bool = True) -> Obj:
+    """Make ``owner`` the controller of ``obj`` (in place; returns ``obj``).
+
+    Raises :class:`AlreadyOwnedError` if another object is already its controller.
+    """
+    meta = owner["metadata"]
+    ref = {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": block_owner_deletion,
+    }
+    refs = obj.setdefault("metadata", {}).setdefault("ownerReferences", [])
+    for i, existing in enumerate(refs):
+        if existing.get("controller") and existing.get("uid") != meta["uid"]:
+            raise AlreadyOwnedError(
+                f"{obj['metadata'].get('name')} is already controlled by "
+                f"{existing.get('kind')} {existing.get('name')}"
+            )
+        if existing.get("uid") == meta["uid"]:
+            refs[i] = ref
+            return obj
+    refs.append(ref)
+    return obj
+
+
+def has_finalizer(obj: Obj, finalizer: str) -> bool:
+    return finalizer in (obj.get("metadata", {}).get("finalizers") or ())
+
+
+def add_finalizer(obj: Obj, finalizer: str) -> bool:
+    """Add ``finalizer`` in place; False if it was already there (nothing to write)."""
+    finalizers = obj.setdefault("metadata", {}).setdefault("finalizers", [])
+    if finalizer in finalizers:
+        return False
+    finalizers.append(finalizer)
+    return True
+
+
+def remove_finalizer(obj: Obj, finalizer: str) -> bool:
+    """Remove ``finalizer`` in place; False if it was not there (nothing to write)."""
+    finalizers = obj.get("metadata", {}).get("finalizers") or []
+    if finalizer not in finalizers:
+        return False
+    obj["metadata"]["finalizers"] = [f for f in finalizers if f != finalizer]
+    return True
+
+
+async def create_or_update(
+    client: WriteClient,
+    resource: resources.Resource,
+    namespace: str | None,
+    name: str,
+    mutate: Callable[[Obj], None],
+    *,
+    cache: cache_.Cache | None = None,
+) -> tuple[Operation, Obj]:
+    """Create the object, or update it only if ``mutate`` changed it (see the module docstring).
+
+    ``mutate(obj)`` gets a fresh skeleton (``apiVersion``, ``kind``, ``metadata.name``
+    and ``namespace``) when the object does not exist, else a deep copy of the
+    current one; it must not change the name or namespace.
+    """
+    try:
+        current = (
+            await cache.get(resource, namespace, name)
+            if cache is not None
+            else await client.get(resource, namespace, name)
+        )
+    except errors.NotFound:
+        skeleton: Obj = {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
+        }
+        mutate(skeleton)
+        _check_identity(skeleton, namespace, name)
+        return Operation.CREATED, await client.create(skeleton, namespace=namespace)
+    desired = copy.deepcopy(current)
+    mutate(desired)
+    _check_identity(desired, namespace, name)
+    if status.equal(_without_status(current), _without_status(desired)):
+        return Operation.UNCHANGED, current
+    return Operation.UPDATED, await client.update(desired)
+
+
+def _without_status(obj: Obj) -> Obj:
+    return {k: v for k, v in obj.items() if k != "status"}
+
+
+def _check_identity(obj: Obj, namespace: str | None, name: str) -> None:
+    meta = obj.get("metadata", {})
+    if meta.get("name") != name or (namespace and meta.get("namespace") != namespace):
+        raise ValueError("mutate must not change the object's name or namespace")

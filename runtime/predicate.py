@@ -1,0 +1,71 @@
+"""Predicates: which events are worth a reconcile.
+
+A predicate is ``Callable[[Event], bool]``; events it rejects are dropped before
+they reach the work queue. Creates and deletes always pass the ``*_changed``
+predicates; they judge updates only:
+
+- :func:`generation_changed`: the spec changed (``metadata.generation`` moved).
+  Status-only writes - including our own - do not trigger a reconcile. Beware:
+  a status wiped by someone else then does not self-heal until the next event.
+- :func:`resource_version_changed`: anything changed (drops resync no-ops).
+- :func:`label_changed`, :func:`annotation_changed`.
+- :func:`and_`, :func:`or_`, :func:`not_` combine them.
+
+>>> from runtime.cache.informer import Event
+>>> old = {"metadata": {"generation": 1, "resourceVersion": "5"}}
+>>> new = {"metadata": {"generation": 1, "resourceVersion": "6"}}
+>>> event = Event("update", new, old)
+>>> generation_changed(event), resource_version_changed(event)
+(False, True)
+>>> or_(generation_changed, label_changed)(Event("update", new, old))
+False
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runtime.cache import informer
+
+__all__ = [
+    "Predicate",
+    "and_",
+    "annotation_changed",
+    "generation_changed",
+    "label_changed",
+    "not_",
+    "or_",
+    "resource_version_changed",
+]
+
+Predicate = Callable[[informer.Event], bool]
+
+
+def _meta_changed(field: str) -> Predicate:
+    def changed(event: informer.Event) -> bool:
+        if event.type != "update" or event.old is None:
+            return True
+        old: Any = event.old["metadata"].get(field)
+        return bool(old != event.obj["metadata"].get(field))
+
+    changed.__name__ = f"{field}_changed"
+    return changed
+
+
+generation_changed: Predicate = _meta_changed("generation")
+resource_version_changed: Predicate = _meta_changed("resourceVersion")
+label_changed: Predicate = _meta_changed("labels")
+annotation_changed: Predicate = _meta_changed("annotations")
+
+
+def and_(*predicates: Predicate) -> Predicate:
+    return lambda event: all(p(event) for p in predicates)
+
+
+def or_(*predicates: Predicate) -> Predicate:
+    return lambda event: any(p(event) for p in predicates)
+
+
+def not_(predicate: Predicate) -> Predicate:
+    return lambda event: not predicate(event)

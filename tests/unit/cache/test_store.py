@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import pytest
+
+from runtime.cache import store as store_
+
+
+def obj(name: str, ns: str = "ns", rv: str = "1", **meta: object) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": ns, "resourceVersion": rv, **meta}}
+
+
+def test_reads_hand_out_the_stored_object_itself() -> None:
+    store = store_.Store()
+    stored, previous = store.upsert(obj("a"))
+    assert previous is None
+    assert store.get("ns/a") is stored
+    assert store.list()[0] is stored
+
+
+def test_indexes_follow_updates_and_deletes() -> None:
+    owner = {"uid": "u1", "controller": True, "kind": "X", "name": "x", "apiVersion": "v1"}
+    store = store_.Store({"by-app": lambda o: [o["metadata"].get("labels", {}).get("app", "")]})
+    store.upsert(obj("a", labels={"app": "web"}, ownerReferences=[owner]))
+    store.upsert(obj("b", ns="other", labels={"app": "web"}))
+    assert {o["metadata"]["name"] for o in store.by_index("by-app", "web")} == {"a", "b"}
+    assert [o["metadata"]["name"] for o in store.by_index("owner", "u1")] == ["a"]
+    store.upsert(obj("a", rv="2", labels={"app": "db"}))
+    assert [o["metadata"]["name"] for o in store.by_index("by-app", "web")] == ["b"]
+    assert store.by_index("owner", "u1") == []
+    store.delete("other/b")
+    assert store.by_index("by-app", "web") == []
+    assert store.by_index("namespace", "other") == []
+    with pytest.raises(KeyError, match="no index named"):
+        store.by_index("nope", "x")
+
+
+def test_replace_reports_what_vanished() -> None:
+    store = store_.Store()
+    store.upsert(obj("a"))
+    store.upsert(obj("b"))
+    upserted, deleted = store.replace([obj("b", rv="2"), obj("c")])
+    assert [o["metadata"]["name"] for o in deleted] == ["a"]
+    assert sorted((o["metadata"]["name"], old is None) for o, old in upserted) == [
+        ("b", False),
+        ("c", True),
+    ]
+    assert sorted(store.keys()) == ["ns/b", "ns/c"]
+
+
+def test_write_through_only_moves_forward() -> None:
+    store = store_.Store()
+    store.upsert(obj("a", rv="10"))
+    assert not store.upsert_if_newer(obj("a", rv="9"))
+    assert not store.upsert_if_newer(obj("a", rv="10"))
+    assert store.upsert_if_newer(obj("a", rv="11"))
+    assert store.get("ns/a")["metadata"]["resourceVersion"] == "11"  # type: ignore[index]
+
+
+def test_default_transform_drops_managed_fields_and_interns() -> None:
+    store = store_.Store()
+    a, _ = store.upsert(obj("a", managedFields=[{"manager": "x"}], labels={"tier": "frontend"}))
+    b, _ = store.upsert(obj("b", labels={"tier": "".join(["front", "end"])}))
+    assert "managedFields" not in a["metadata"]
+    assert a["metadata"]["labels"]["tier"] is b["metadata"]["labels"]["tier"]
+
+
+def test_debug_mode_detects_in_place_mutation() -> None:
+    store = store_.Store(debug=True)
+    cached, _ = store.upsert(obj("a", labels={"x": "1"}))
+    cached["metadata"]["labels"]["x"] = "2"  # the bug: mutating a cached object
+    with pytest.raises(store_.CacheMutationError, match="ns/a was mutated"):
+        store.get("ns/a")
+    with pytest.raises(store_.CacheMutationError):
+        store.verify()
+
+
+def test_without_debug_mode_reads_do_not_check() -> None:
+    store = store_.Store()
+    cached, _ = store.upsert(obj("a"))
+    cached["metadata"]["name"] = "a"  # unchanged value; no fingerprint kept anyway
+    assert store.get("ns/a") is cached
+
+
+def test_label_index_is_built_on_first_use_and_maintained() -> None:
+    store = store_.Store()
+    store.upsert(obj("a", labels={"app": "web"}))
+    store.upsert(obj("b", labels={"app": "db"}))
+    assert store._label_indices == {}, "nothing is indexed until a selector asks"
+    assert [o["metadata"]["name"] for o in store.by_label("app", "web")] == ["a"]
+    store.upsert(obj("b", rv="2", labels={"app": "web"}))
+    store.upsert(obj("c", labels={"other": "x"}))
+    assert sorted(o["metadata"]["name"] for o in store.by_label("app", "web")) == ["a", "b"]
+    store.upsert(obj("a", rv="3"))  # label removed
+    store.delete("ns/b")
+    assert store.by_label("app", "web") == []
+    assert store.by_label("app", "db") == []
+    assert list(store._label_indices) == ["app"], "only the label keys asked for"

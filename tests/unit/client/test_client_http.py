@@ -1,0 +1,217 @@
+"""The client against a tiny local HTTP server (loopback only): retries, errors, content types."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client as k8s
+
+from runtime.client import client as client_
+from runtime.client import errors, resources
+
+CM = resources.default_registry.for_kind("v1", "ConfigMap")
+Handler = Callable[[web.Request], Any]
+
+
+class Server:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, str, bytes]] = []
+        self.responses: list[web.StreamResponse] = []
+        self.watch_lines: list[bytes] = []
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.requests.append(
+            (request.method, request.path_qs, request.headers.get("Content-Type", ""), body)
+        )
+        if request.query.get("watch") == "true":
+            response = web.StreamResponse()
+            await response.prepare(request)
+            for line in self.watch_lines:
+                await response.write(line)
+            return response
+        return self.responses.pop(0)
+
+
+def status(code: int, reason: str, message: str = "", **headers: str) -> web.Response:
+    body = {"kind": "Status", "code": code, "reason": reason, "message": message}
+    return web.json_response(body, status=code, headers=headers)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[Server, client_.Client]]:
+    srv = Server()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", srv.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    configuration = k8s.Configuration(host=f"http://127.0.0.1:{port}")
+    client = client_.Client(configuration, options=client_.Options(timeout=2, retry_max_wait=0.01))
+    yield srv, client
+    await client.close()
+    await runner.cleanup()
+
+
+async def test_get_decodes_json(server: tuple[Server, client_.Client]) -> None:
+    srv, client = server
+    srv.responses.append(web.json_response({"metadata": {"name": "x"}}))
+    assert await client.get(CM, "ns", "x") == {"metadata": {"name": "x"}}
+    assert srv.requests[0][:2] == ("GET", "/api/v1/namespaces/ns/configmaps/x")
+
+
+async def test_429_is_retried_honouring_retry_after(server: tuple[Server, client_.Client]) -> None:
+    srv, client = server
+    srv.responses += [status(429, "TooManyRequests", **{"Retry-After": "0"}),
+                      web.json_response({"ok": True})]  # fmt: skip
+    assert await client.get(CM, "ns", "x") == {"ok": True}
+    assert len(srv.requests) == 2
+
+
+async def test_5xx_retried_on_get_but_not_on_post(server: tuple[Server, client_.Client]) -> None:
+    srv, client = server
+    srv.responses += [status(503, "ServiceUnavailable"), web.json_response({"ok": 1})]
+    assert await client.get(CM, "ns", "x") == {"ok": 1}
+    srv.responses += [status(503, "ServiceUnavailable")]
+    with pytest.raises(errors.ServerError):
+        await client.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "y"}},
+                            namespace="ns")  # fmt: skip
+    assert [r[0] for r in srv.requests] == ["GET", "GET", "POST"]
+
+
+async def test_conflict_and_invalid_are_never_retried(
+    server: tuple[Server, client_.Client],
+) -> None:
+    srv, client = server
+    srv.responses += [status(409, "Conflict", "the object has been modified")]
+    obj = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "x", "namespace": "ns", "resourceVersion": "1"}}  # fmt: skip
+    with pytest.raises(errors.Conflict, match="has been modified"):
+        await client.update(obj)
+    srv.responses += [status(422, "Invalid", "spec.x: Invalid value")]
+    with pytest.raises(errors.Invalid):
+        await client.update_status(obj)
+    assert len(srv.requests) == 2
+    assert srv.requests[1][1].startswith("/api/v1/namespaces/ns/configmaps/x/status")
+
+
+async def test_patches_say_their_content_type(server: tuple[Server, client_.Client]) -> None:
+    srv, client = server
+    for patch_type, expected in [
+        ("merge", "application/merge-patch+json"),
+        ("json", "application/json-patch+json"),
+        ("apply", "application/apply-patch+yaml"),
+    ]:
+        srv.responses.append(web.json_response({"metadata": {"name": "x"}}))
+        await client.patch(CM, "ns", "x", {"data": {"a": "b"}}, patch_type=patch_type)  # type: ignore[arg-type]
+        assert srv.requests[-1][2] == expected
+    assert "force=true" not in srv.requests[-1][1]
+    assert "fieldManager=rayservice-operator" in srv.requests[-1][1]
+
+
+async def test_write_observers_see_written_objects(server: tuple[Server, client_.Client]) -> None:
+    srv, client = server
+    seen: list[dict[str, Any]] = []
+    client.add_write_observer(seen.append)
+    srv.responses.append(web.json_response({"metadata": {"name": "x", "resourceVersion": "7"}}))
+    await client.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+                        namespace="ns")  # fmt: skip
+    assert seen == [{"metadata": {"name": "x", "resourceVersion": "7"}}]
+
+
+async def test_list_follows_continue_tokens(server: tuple[Server, client_.Client]) -> None:
+    srv, client = server
+    srv.responses += [
+        web.json_response({"metadata": {"continue": "t1", "resourceVersion": "10"},
+                           "items": [{"n": 1}]}),
+        web.json_response({"metadata": {"resourceVersion": "10"}, "items": [{"n": 2}]}),
+    ]  # fmt: skip
+    result = await client.list(CM, "ns", resource_version="0", page_size=1)
+    assert result.items == [{"n": 1}, {"n": 2}]
+    assert result.resource_version == "10"
+    assert "resourceVersion=0" in srv.requests[0][1]
+    assert "continue=t1" in srv.requests[1][1]
+    assert "resourceVersion" not in srv.requests[1][1]
+
+
+async def test_watch_streams_events_and_raises_gone(server: tuple[Server, client_.Client]) -> None:
+    srv, client = server
+    srv.watch_lines = [
+        json.dumps({"type": "ADDED", "object": {"metadata": {"name": "a"}}}).encode() + b"\n",
+        json.dumps({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}).encode()
+        + b"\n",
+        json.dumps({"type": "ERROR", "object": {"code": 410, "reason": "Expired"}}).encode()
+        + b"\n",
+    ]
+    seen = []
+
+    async def consume() -> None:
+        async for event in client.watch(CM, "ns", resource_version="5", timeout_seconds=60):
+            seen.append(event["type"])
+
+    with pytest.raises(errors.Gone):
+        await consume()
+    assert seen == ["ADDED", "BOOKMARK"]
+    query = srv.requests[0][1]
+    assert "allowWatchBookmarks=true" in query
+    assert "timeoutSeconds=60" in query
+
+
+async def test_silent_watch_hits_the_inactivity_timeout() -> None:
+    async def silent(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await asyncio.sleep(1)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", silent)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = client_.Client(
+        k8s.Configuration(host=f"http://127.0.0.1:{port}"),
+        options=client_.Options(watch_inactivity_timeout=0.2),
+    )
+    try:
+        with pytest.raises(asyncio.TimeoutError):
+            async for _ in client.watch(CM, "ns"):
+                pass
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def test_client_side_rate_limit_when_turned_on() -> None:
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", _ok)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    limited = client_.Client(
+        k8s.Configuration(host=f"http://127.0.0.1:{port}"),
+        options=client_.Options(qps=20, burst=2),
+    )
+    try:
+        t0 = asyncio.get_running_loop().time()
+        for _ in range(6):
+            await limited.get(CM, "ns", "x")
+        assert asyncio.get_running_loop().time() - t0 >= 0.19  # 4 requests beyond the burst
+    finally:
+        await limited.close()
+        await runner.cleanup()
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.json_response({})

@@ -1,0 +1,56 @@
+"""A controller fed by the cache: events -> predicates -> handler -> queue -> reconcile."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+from runtime import controller, handler, predicate, reconcile, source
+from runtime.cache import cache as cache_
+from runtime.client import resources
+from runtime.testing import fake
+from tests.unit import helpers
+
+CM = resources.default_registry.for_kind("v1", "ConfigMap")
+SECRET = resources.default_registry.for_kind("v1", "Secret")
+
+
+async def test_owned_objects_reconcile_their_owner_and_status_writes_are_filtered() -> None:
+    client = fake.FakeClient()
+    cache = cache_.Cache(client, debug=True)  # type: ignore[arg-type]
+    seen: list[str] = []
+
+    async def reconciler(request: reconcile.Request) -> reconcile.Result:
+        seen.append(str(request))
+        return reconcile.Result()
+
+    ctrl = controller.Controller("kind-source-test", reconciler)
+    ctrl.watch(
+        source.Kind(cache, CM, predicates=[predicate.generation_changed]),
+        source.Kind(cache, SECRET, handler.for_owner("v1", "ConfigMap")),
+    )
+    owner = await client.create({"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": "owner", "namespace": "ns"}})  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(ctrl.start(stop))
+    try:
+        await helpers.settle(50)
+        assert seen == ["ns/owner"], "the initial list enqueues every object once"
+        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+               "uid": owner["metadata"]["uid"], "controller": True}  # fmt: skip
+        await client.create({"apiVersion": "v1", "kind": "Secret",
+                             "metadata": {"name": "child", "namespace": "ns",
+                                          "ownerReferences": [ref]}})  # fmt: skip
+        await helpers.settle(50)
+        assert seen == ["ns/owner", "ns/owner"], "a change to an owned object wakes its owner"
+        current = await client.get(CM, "ns", "owner")
+        with_status = copy.deepcopy(current)
+        with_status["status"] = {"x": 1}
+        await client.update_status(with_status)
+        await helpers.settle(50)
+        assert len(seen) == 2, "a status-only write does not pass generation_changed"
+        cache.verify()
+    finally:
+        stop.set()
+        await task
+        await cache.stop()
