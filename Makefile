@@ -69,10 +69,24 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 	$(PY) hack/bench/workqueue.py
 	$(PY) hack/bench/cache.py
 
+MANAGER_FLAGS ?= --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
+
 .PHONY: run
-run: $(STAMP) ## Run the operator (not yet: arrives with the Manager issue)
-	@echo "make run: the rayservice-manager binary is not built yet (see the Manager issue)." >&2
-	@exit 1
+run: $(STAMP) ## Run the operator: against $KUBECONFIG if set, else a local control plane (Ctrl-C stops both)
+	@if [ -n "$$KUBECONFIG" ]; then \
+		exec $(VENV)/bin/rayservice-manager --kubeconfig "$$KUBECONFIG" $(MANAGER_FLAGS); \
+	fi; \
+	started=no; \
+	if ! { [ -f $(CLUSTER_DIR)/pid ] && kill -0 $$(cat $(CLUSTER_DIR)/pid) 2>/dev/null; }; then \
+		$(MAKE) --no-print-directory cluster-up || exit 1; started=yes; \
+	fi; \
+	if [ $$started = yes ]; then trap '$(MAKE) --no-print-directory cluster-down' EXIT; fi; \
+	if [ -d config/crd/bases ]; then \
+		"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/kubectl" --kubeconfig $(CLUSTER_DIR)/kubeconfig \
+			apply -f config/crd/bases >/dev/null && echo "CRDs installed"; \
+	fi; \
+	echo "running rayservice-manager against the local control plane (Ctrl-C to stop)"; \
+	$(VENV)/bin/rayservice-manager --kubeconfig $(CURDIR)/$(CLUSTER_DIR)/kubeconfig $(MANAGER_FLAGS)
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches

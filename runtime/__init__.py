@@ -22,6 +22,11 @@ The pieces, bottom up (each module's docstring is its contract):
   causes, and which events count.
 - :mod:`runtime.controller`: :class:`Controller` wires sources -> queue ->
   workers -> reconciler and applies each outcome to the queue.
+- :mod:`runtime.manager`: :class:`Manager` runs it all in order (metrics and
+  probe servers, caches, leader election via :mod:`runtime.leaderelection`,
+  controllers) and stops it cleanly; :mod:`runtime.builder`'s :class:`Builder`
+  wires a reconciler to resources; :mod:`runtime.events` records Events
+  without storms; :mod:`runtime.log` configures structlog.
 - :mod:`runtime.metrics`: the Prometheus registry the framework reports into
   (``workqueue_*`` and ``controller_runtime_*`` series).
 - :mod:`runtime.clock` and :mod:`runtime.testing`: injectable time and the test kit.
@@ -37,11 +42,16 @@ True
 """
 
 from runtime import (
+    builder,
     cache,
     client,
     clock,
     controller,
+    events,
     handler,
+    leaderelection,
+    log,
+    manager,
     metrics,
     objects,
     predicate,
@@ -50,23 +60,34 @@ from runtime import (
     status,
     workqueue,
 )
+from runtime.builder import Builder
 from runtime.controller import Controller
 from runtime.controller import Options as ControllerOptions
+from runtime.manager import Manager
+from runtime.manager import Options as ManagerOptions
 from runtime.reconcile import Func, Reconciler, Request, Result, TerminalError
 
 __all__ = [
+    "Builder",
     "Controller",
     "ControllerOptions",
     "Func",
+    "Manager",
+    "ManagerOptions",
     "Reconciler",
     "Request",
     "Result",
     "TerminalError",
+    "builder",
     "cache",
     "client",
     "clock",
     "controller",
+    "events",
     "handler",
+    "leaderelection",
+    "log",
+    "manager",
     "metrics",
     "objects",
     "predicate",

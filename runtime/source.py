@@ -124,6 +124,7 @@ class Kind:
 
         self._informer = self.cache.informer(self.resource)
         self._informer.add_handler(on_event)
+        self._informer.start()  # idempotent; a manager's cache may have started it already
 
     async def wait_for_sync(self) -> None:
         await self.cache.informer(self.resource).wait_for_sync()

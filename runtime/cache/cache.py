@@ -2,8 +2,11 @@
 
 - :meth:`Cache.get` and :meth:`Cache.list` read from one
   :class:`~runtime.cache.informer.SharedInformer` per resource. An informer is
-  created and started **on first use** (the first read waits until it has
-  synced); :meth:`Cache.informer` gets it ahead of time (for event sources).
+  created **on first use** (the first read starts it and waits until it has
+  synced); :meth:`Cache.informer` registers it ahead of time (for event
+  sources), and :meth:`Cache.start` starts every registered informer - a
+  manager does that before leader election, so a standby replica keeps warm
+  caches and takes over without relisting.
 - Objects are handed out **without copying**. They are shared with every other
   reader and with the store: never mutate one; ``copy.deepcopy`` it first.
   ``Cache(debug=True)`` (use it in tests) makes a read of an object that was
@@ -55,10 +58,12 @@ class Cache:
         self.debug = debug
         self._informers: dict[resources.Resource, informer_.SharedInformer] = {}
         self._synced_stores: dict[resources.Resource, store_.Store] = {}
+        self._started = False
         client.add_write_observer(self._on_write)
 
     def informer(self, resource: resources.Resource) -> informer_.SharedInformer:
-        """The informer for ``resource``, created and started on first use."""
+        """The informer for ``resource``, created on first use; started at once if the
+        cache is started (else by :meth:`start`, or by the first read)."""
         found = self._informers.get(resource)
         if found is None:
             found = informer_.SharedInformer(
@@ -71,13 +76,21 @@ class Cache:
                 debug=self.debug,
             )
             self._informers[resource] = found
-            found.start()
+            if self._started:
+                found.start()
         return found
+
+    async def start(self) -> None:
+        """Start every informer registered so far, and any registered later."""
+        self._started = True
+        for informer in list(self._informers.values()):
+            informer.start()
 
     async def _synced(self, resource: resources.Resource) -> store_.Store:
         informer = self._informers.get(resource)
         if informer is None or not informer.has_synced():
             informer = self.informer(resource)
+            informer.start()  # a read starts its informer even before the cache is started
             await informer.wait_for_sync()
         self._synced_stores[resource] = informer.store
         return informer.store
@@ -134,6 +147,7 @@ class Cache:
             await informer.wait_for_sync()
 
     async def stop(self) -> None:
+        self._started = False
         self._synced_stores.clear()
         for informer in list(self._informers.values()):
             await informer.stop()

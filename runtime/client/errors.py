@@ -64,7 +64,8 @@ class ApiError(Exception):
         self.message = message
         self.body = dict(body or {})
         self.retry_after = retry_after
-        super().__init__(f"HTTP {status} {reason}: {message}".rstrip(": "))
+        head = f"HTTP {status} {reason}".rstrip()
+        super().__init__(f"{head}: {message.strip()}" if message.strip() else head)
 
 
 class BadRequest(ApiError):

@@ -77,6 +77,7 @@ async def test_handlers_see_each_change_once_in_order(env) -> None:  # type: ign
     client, cache = env
     await client.create(cm("a"))
     informer = cache.informer(CM)
+    informer.start()
     await informer.wait_for_sync()
     events: list[tuple[str, str]] = []
     informer.add_handler(lambda e: events.append((e.type, e.obj["metadata"]["resourceVersion"])))
@@ -93,6 +94,7 @@ async def test_handlers_see_each_change_once_in_order(env) -> None:  # type: ign
 async def test_a_failing_handler_does_not_stop_the_others(env) -> None:  # type: ignore[no-untyped-def]
     client, cache = env
     informer = cache.informer(CM)
+    informer.start()
     await informer.wait_for_sync()
     seen: list[str] = []
 

@@ -1,0 +1,223 @@
+"""Kubernetes Events, recorded without ever becoming a storm.
+
+``recorder.event(obj, "Warning", "ServeConfigInvalid", "serveConfigV2 is not YAML: ...")``
+returns at once; a background task (the recorder is a runnable the manager
+starts) writes core ``v1`` Events, which ``kubectl describe`` shows. Like
+client-go's recorder:
+
+- **Deduplication**: the same (object, type, reason, message) again within
+  ``dedupe_window`` (10 min) increments ``count`` and ``lastTimestamp`` of the
+  existing Event (one PATCH) instead of creating a new one.
+- **Aggregation**: more than ``max_similar`` (10) different messages with the
+  same (object, type, reason) within the window are folded into one Event whose
+  message says "(combined from similar events)".
+- **Spam filter**: each object may cause ``burst`` (25) writes, refilled at one
+  per ``refill_seconds`` (300 s); beyond that, events are dropped (and counted in
+  ``events_dropped_total``). A controller stuck in a hot loop therefore costs a
+  handful of API writes, not thousands.
+- The queue of pending events is bounded (``max_pending``, 1000); the oldest are
+  dropped first. Write failures are logged, never raised into reconcilers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import datetime
+import time
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import structlog
+
+from runtime import metrics
+from runtime.client import errors, resources
+
+__all__ = ["Options", "Recorder"]
+
+EVENTS = resources.Resource("", "v1", "Event", "events")
+EventType = Literal["Normal", "Warning"]
+
+_written = metrics.Family(
+    "events_written_total", "Kubernetes Events written, by type and write (create or patch)",
+    "counter", ("type", "write"),
+)  # fmt: skip
+_dropped = metrics.Family(
+    "events_dropped_total", "Events dropped by the spam filter or a full queue", "counter",
+    ("reason",),
+)  # fmt: skip
+
+
+class EventClient(Protocol):
+    async def create(
+        self, obj: dict[str, Any], *, namespace: str | None = None
+    ) -> dict[str, Any]: ...
+
+    async def patch(
+        self, resource: resources.Resource, namespace: str | None, name: str, patch: Any, *,
+        patch_type: Any = "merge", subresource: str | None = None, force: bool = False,
+    ) -> dict[str, Any]: ...  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    """Recorder limits. Every field states its default."""
+
+    dedupe_window: float = 600.0
+    """Seconds within which repeats update one Event. Default 600."""
+
+    max_similar: int = 10
+    """Distinct messages per (object, type, reason) before they are combined. Default 10."""
+
+    burst: int = 25
+    """Writes an object may cause at once. Default 25."""
+
+    refill_seconds: float = 300.0
+    """Seconds per refilled write token. Default 300."""
+
+    max_pending: int = 1000
+    """Events waiting to be written before the oldest are dropped. Default 1000."""
+
+
+@dataclasses.dataclass
+class _Series:
+    name: str
+    namespace: str
+    count: int
+    last_seen: float
+
+
+def _now_text() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Recorder:
+    """Records Events for objects (see the module docstring)."""
+
+    needs_leader_election = False
+
+    def __init__(
+        self,
+        client: EventClient,
+        component: str,
+        *,
+        options: Options | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.component = component
+        self.options = options or Options()
+        self._now = monotonic
+        self._pending: collections.deque[tuple[dict[str, Any], str, str, str]] = collections.deque(
+            maxlen=self.options.max_pending
+        )
+        self._wakeup = asyncio.Event()
+        self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self._similar: dict[tuple[str, str, str], dict[str, float]] = {}
+        self._tokens: dict[str, tuple[float, float]] = {}
+        self.log = structlog.get_logger("runtime.events").bind(component=component)
+
+    def event(self, obj: dict[str, Any], type_: EventType, reason: str, message: str) -> None:
+        """Queue an Event about ``obj``; never blocks, never raises."""
+        if len(self._pending) == self._pending.maxlen:
+            _dropped.counter("queue_full").inc()
+        self._pending.append((obj, type_, reason, message[:1024]))
+        self._wakeup.set()
+
+    async def start(self, stop: asyncio.Event) -> None:
+        """Write queued Events until ``stop`` is set (then flush what is queued)."""
+        while True:
+            while self._pending:
+                await self._write(*self._pending.popleft())
+            if stop.is_set():
+                return
+            self._wakeup.clear()
+            waiter = asyncio.ensure_future(self._wakeup.wait())
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (waiter, stopper):
+                task.cancel()
+            await asyncio.gather(waiter, stopper, return_exceptions=True)
+
+    async def flush(self) -> None:
+        """Write everything queued now (for tests and shutdown)."""
+        while self._pending:
+            await self._write(*self._pending.popleft())
+
+    def _allow(self, uid: str) -> bool:
+        now = self._now()
+        tokens, last = self._tokens.get(uid, (float(self.options.burst), now))
+        tokens = min(float(self.options.burst), tokens + (now - last) / self.options.refill_seconds)
+        if tokens < 1:
+            self._tokens[uid] = (tokens, now)
+            return False
+        self._tokens[uid] = (tokens - 1, now)
+        return True
+
+    async def _write(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+        namespace = meta.get("namespace") or "default"
+        now = self._now()
+        window = self.options.dedupe_window
+        similar = self._similar.setdefault((uid, type_, reason), {})
+        for old, seen in list(similar.items()):
+            if now - seen > window:
+                del similar[old]
+        similar[message] = now
+        if len(similar) > self.options.max_similar:
+            message = f"(combined from similar events): {message}"
+            key = (uid, type_, reason, "(combined)")
+        else:
+            key = (uid, type_, reason, message)
+        series = self._series.get(key)
+        if series is not None and now - series.last_seen > window:
+            series = None
+        if not self._allow(uid):
+            _dropped.counter("spam_filter").inc()
+            return
+        try:
+            if series is not None:
+                series.count += 1
+                series.last_seen = now
+                await self.client.patch(
+                    EVENTS, series.namespace, series.name,
+                    {"count": series.count, "lastTimestamp": _now_text(), "message": message},
+                )  # fmt: skip
+                _written.counter(type_, "patch").inc()
+                return
+            stamp = _now_text()
+            created = await self.client.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {
+                        "name": f"{meta.get('name', 'object')}.{time.time_ns():x}",
+                        "namespace": namespace,
+                    },
+                    "involvedObject": {
+                        "apiVersion": obj.get("apiVersion"),
+                        "kind": obj.get("kind"),
+                        "name": meta.get("name"),
+                        "namespace": meta.get("namespace"),
+                        "uid": meta.get("uid"),
+                        "resourceVersion": meta.get("resourceVersion"),
+                    },
+                    "type": type_,
+                    "reason": reason,
+                    "message": message,
+                    "count": 1,
+                    "firstTimestamp": stamp,
+                    "lastTimestamp": stamp,
+                    "source": {"component": self.component},
+                    "reportingComponent": self.component,
+                },
+                namespace=namespace,
+            )
+            _written.counter(type_, "create").inc()
+            self._series[key] = _Series(created["metadata"]["name"], namespace, 1, now)
+        except errors.NotFound:
+            self._series.pop(key, None)  # the Event expired server-side; next time create anew
+        except (errors.ApiError, OSError, TimeoutError) as exc:
+            self.log.warning("writing an event failed", reason=reason, error=repr(exc))
