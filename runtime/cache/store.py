@@ -93,6 +93,14 @@ _UNIQUE_VALUES = frozenset({"uid", "resourceVersion", "name", "podIP", "hostIP",
 add an entry to the interpreter's intern table for each object."""
 
 
+def _label_indexer(key: str) -> Indexer:
+    def index(obj: Obj) -> Iterable[str]:
+        value = (obj["metadata"].get("labels") or {}).get(key)
+        return () if value is None else (value,)
+
+    return index
+
+
 def intern_strings(value: Any) -> Any:
     """A copy of a decoded JSON value with interned keys and short repeated strings."""
     if isinstance(value, dict):
@@ -153,7 +161,6 @@ class Store:
         self._items: dict[str, Obj] = {}
         self._indices: dict[str, dict[str, set[str]]] = {}  # built ones only
         self._fingerprints: dict[str, str] = {}
-        self._label_indices: dict[str, dict[str, set[str]]] = {}
 
     # -- reads (no copies) -------------------------------------------------------------------
 
@@ -198,20 +205,11 @@ class Store:
         return objs
 
     def by_label(self, key: str, value: str) -> builtins.list[Obj]:
-        """Objects whose label ``key`` equals ``value`` (builds the index for ``key`` once)."""
-        index = self._label_indices.get(key)
-        if index is None:
-            index = self._label_indices[key] = {}
-            for item_key, obj in self._items.items():
-                found = (obj["metadata"].get("labels") or {}).get(key)
-                if found is not None:
-                    index.setdefault(found, set()).add(item_key)
-        keys = index.get(value, ())
-        objs = [self._items[k] for k in keys]
-        if self.debug:
-            for item_key, obj in zip(keys, objs, strict=True):
-                self._check(item_key, obj)
-        return objs
+        """Objects whose label ``key`` equals ``value`` (an index per label key, built once)."""
+        name = f"label:{key}"
+        if name not in self.indexers:
+            self.indexers[name] = _label_indexer(key)
+        return self.by_index(name, value)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -294,18 +292,3 @@ class Store:
                         del index[value]
             for value in new_values - old_values:
                 index.setdefault(value, set()).add(key)
-        if self._label_indices:
-            old_labels = (previous["metadata"].get("labels") or {}) if previous is not None else {}
-            new_labels = (obj["metadata"].get("labels") or {}) if obj is not None else {}
-            for label, index in self._label_indices.items():
-                old_value, new_value = old_labels.get(label), new_labels.get(label)
-                if old_value == new_value:
-                    continue
-                if old_value is not None:
-                    keys = index.get(old_value)
-                    if keys is not None:
-                        keys.discard(key)
-                        if not keys:
-                            del index[old_value]
-                if new_value is not None:
-                    index.setdefault(new_value, set()).add(key)

@@ -85,7 +85,7 @@ def test_label_index_is_built_on_first_use_and_maintained() -> None:
     store = store_.Store()
     store.upsert(obj("a", labels={"app": "web"}))
     store.upsert(obj("b", labels={"app": "db"}))
-    assert store._label_indices == {}, "nothing is indexed until a selector asks"
+    assert store._indices == {}, "nothing is indexed until a selector asks"
     assert [o["metadata"]["name"] for o in store.by_label("app", "web")] == ["a"]
     store.upsert(obj("b", rv="2", labels={"app": "web"}))
     store.upsert(obj("c", labels={"other": "x"}))
@@ -94,4 +94,4 @@ def test_label_index_is_built_on_first_use_and_maintained() -> None:
     store.delete("ns/b")
     assert store.by_label("app", "web") == []
     assert store.by_label("app", "db") == []
-    assert list(store._label_indices) == ["app"], "only the label keys asked for"
+    assert list(store._indices) == ["label:app"], "only the label keys asked for"
