@@ -63,6 +63,11 @@ lint: $(STAMP) ## ruff, mypy (strict for runtime/) and the import-layering check
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) hack/gen_manifests.py --check
+
+.PHONY: manifests
+manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (from controllers/rbac.py)
+	$(PY) hack/gen_manifests.py
 
 .PHONY: bench
 bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints one JSON line last)

@@ -1,4 +1,5 @@
-"""The ``ray.io/v1`` API types (RayCluster, RayService) as pydantic models.
+"""The operator's API types, built on :mod:`runtime` (never the reverse).
 
-Built on :mod:`runtime`; the types themselves arrive with the API issue.
+- :mod:`api.v1`: ``ray.io/v1`` RayCluster and RayService as pydantic models; the
+  CRDs in ``config/crd/bases`` are generated from them by ``hack/gen_manifests.py``.
 """

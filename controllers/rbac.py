@@ -1,0 +1,114 @@
+"""What each reconciler may do in the API server; ``config/rbac/role.yaml`` is generated from it.
+
+The counterpart of kubebuilder's ``+kubebuilder:rbac`` markers, as data: each
+reconciler declares the :class:`Rule` s it needs (:data:`RAYCLUSTER`,
+:data:`RAYSERVICE`; a reconciler module may re-export its own), and
+``hack/gen_manifests.py`` writes their union as the ClusterRole
+``rayservice-operator-manager-role``. Adding a call to the API without adding its
+rule here fails with 403 against a real cluster; ``make manifests`` plus the
+drift check keep the role and the declarations in step.
+
+Least privilege, verb by verb, for what the framework does on the reconcilers'
+behalf:
+
+- ``list`` + ``watch``: every kind a controller caches (its own kind, owned kinds);
+  ``get``: the status writer's re-read after a 409, reads that bypass the cache.
+- ``create`` / ``update`` / ``delete``: :func:`runtime.objects.create_or_update`
+  writes with ``update`` (PUT), never ``patch``; pods and RayClusters the
+  reconcilers remove are deleted.
+- ``<kind>/status`` ``get`` + ``update``: the status writer (PUT on the subresource).
+- ``<kind>/finalizers`` ``update``: setting an owner reference with
+  ``blockOwnerDeletion`` on a child requires it where the
+  ``OwnerReferencesPermissionEnforcement`` admission plugin is on.
+- ``events`` ``create`` + ``patch``: the event recorder (``patch`` when it
+  aggregates a repeated event into a count).
+
+:func:`merge` folds the declarations into ClusterRole rules deterministically:
+verbs are united per (API group, resource), then resources that share an API
+group and the same verbs become one rule; everything is sorted.
+
+>>> merge([Rule("", "pods", "get list"), Rule("", "pods", "watch"),
+...        Rule("", "services", "get list watch")])
+[{'apiGroups': [''], 'resources': ['pods', 'services'], 'verbs': ['get', 'list', 'watch']}]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["DECLARATIONS", "RAYCLUSTER", "RAYSERVICE", "ROLE_NAME", "Rule", "merge"]
+
+ROLE_NAME = "rayservice-operator-manager-role"
+
+_VERBS = frozenset(
+    {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rule:
+    """Permission for ``verbs`` (space-separated) on one ``resource`` of API ``group``.
+
+    ``group`` is ``""`` for the core API; ``resource`` is a plural, optionally
+    with a subresource (``rayservices/status``).
+    """
+
+    group: str
+    resource: str
+    verbs: str
+
+    def __post_init__(self) -> None:
+        unknown = set(self.verbs.split()) - _VERBS
+        if unknown or not self.verbs.split():
+            raise ValueError(f"bad verbs for {self.resource}: {self.verbs!r}")
+
+
+_READ = "get list watch"
+
+RAYCLUSTER: tuple[Rule, ...] = (
+    Rule("ray.io", "rayclusters", _READ),
+    Rule("ray.io", "rayclusters/status", "get update"),
+    Rule("ray.io", "rayclusters/finalizers", "update"),
+    Rule("", "pods", f"{_READ} create delete"),
+    Rule("", "services", f"{_READ} create update"),
+    Rule("", "events", "create patch"),
+)
+"""The RayCluster reconciler: owns head and worker pods and the head service."""
+
+RAYSERVICE: tuple[Rule, ...] = (
+    Rule("ray.io", "rayservices", f"{_READ} update"),
+    Rule("ray.io", "rayservices/status", "get update"),
+    Rule("ray.io", "rayservices/finalizers", "update"),
+    Rule("ray.io", "rayclusters", f"{_READ} create update delete"),
+    Rule("", "services", f"{_READ} create update"),
+    Rule("", "pods", f"{_READ} update"),
+    Rule("discovery.k8s.io", "endpointslices", _READ),
+    Rule("", "events", "create patch"),
+)
+"""The RayService reconciler: owns RayClusters and the head and serve services,
+labels the serving pods (``ray.io/serve``), counts serve endpoints from
+EndpointSlices, and keeps a finalizer on the RayService (``update`` on it)."""
+
+DECLARATIONS: dict[str, tuple[Rule, ...]] = {"raycluster": RAYCLUSTER, "rayservice": RAYSERVICE}
+"""Every reconciler's rules, by reconciler name: what the manager's role must grant."""
+
+
+def merge(rules: Iterable[Rule]) -> list[dict[str, Any]]:
+    """ClusterRole ``rules`` granting exactly the union of ``rules``, in a stable order."""
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        verbs.setdefault((rule.group, rule.resource), set()).update(rule.verbs.split())
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (group, resource), names in verbs.items():
+        grouped.setdefault((group, tuple(sorted(names))), []).append(resource)
+    return [
+        {"apiGroups": [group], "resources": sorted(resources), "verbs": list(names)}
+        for (group, names), resources in sorted(grouped.items(), key=_rule_order)
+    ]
+
+
+def _rule_order(item: tuple[tuple[str, tuple[str, ...]], list[str]]) -> tuple[str, str]:
+    (group, _), resources = item
+    return (group, min(resources))

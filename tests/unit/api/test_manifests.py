@@ -1,0 +1,285 @@
+"""hack/gen_manifests.py: structural CRD schemas and the ClusterRole, generated reproducibly."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pydantic
+import pytest
+import yaml
+
+import api.v1 as v1
+from api.v1 import meta
+from controllers import rbac
+
+ROOT = pathlib.Path(__file__).parents[3]
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_manifests", ROOT / "hack/gen_manifests.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gen_manifests", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+
+def crd_of(kind: str) -> dict[str, Any]:
+    plural = {"RayCluster": "rayclusters", "RayService": "rayservices"}[kind]
+    doc: dict[str, Any] = yaml.safe_load(
+        (ROOT / f"config/crd/bases/ray.io_{plural}.yaml").read_text()
+    )
+    return doc
+
+
+def schema_of(kind: str) -> dict[str, Any]:
+    schema: dict[str, Any] = crd_of(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, sub in schema.get("properties", {}).items():
+        yield from nodes(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from nodes(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from nodes(schema["additionalProperties"], f"{path}.*")
+
+
+def test_generating_twice_gives_identical_bytes() -> None:
+    assert gen.generate() == gen.generate()
+
+
+def test_committed_manifests_are_up_to_date() -> None:
+    for relative, content in gen.generate().items():
+        assert (ROOT / relative).read_text() == content, f"{relative}: run make manifests"
+    assert gen.main(["--check"]) == 0
+
+
+def test_check_lists_drift_and_writes_nothing(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert gen.main(["--check", "--root", str(tmp_path)]) == 1
+    assert list(tmp_path.iterdir()) == []
+    out = capsys.readouterr().out
+    for relative in gen.generate():
+        assert f"out of date: {relative}" in out
+
+    assert gen.main(["--root", str(tmp_path)]) == 0
+    assert gen.main(["--check", "--root", str(tmp_path)]) == 0
+    role = tmp_path / "config/rbac/role.yaml"
+    role.write_text(role.read_text() + "# edited by hand\n")
+    capsys.readouterr()
+    assert gen.main(["--check", "--root", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == "out of date: config/rbac/role.yaml"
+
+
+@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+def test_schemas_are_structural(kind: str) -> None:
+    for path, node in nodes(schema_of(kind)):
+        assert not {"$ref", "allOf", "title"} & set(node), path
+        if node.get("x-kubernetes-int-or-string"):
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+            continue
+        assert "anyOf" not in node, path
+        assert node.get("type") in {"object", "array", "string", "integer", "boolean"}, path
+        if "properties" in node:
+            assert "additionalProperties" not in node, path
+        if node["type"] == "object" and path != ".metadata":
+            assert (
+                "properties" in node
+                or "additionalProperties" in node
+                or node.get("x-kubernetes-preserve-unknown-fields")
+            ), f"{path}: an object with no schema would be pruned empty"
+
+
+@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+def test_crd_shape(kind: str) -> None:
+    crd = crd_of(kind)
+    assert crd["metadata"]["name"] == f"{kind.lower()}s.ray.io"
+    assert crd["spec"]["group"] == "ray.io"
+    assert crd["spec"]["scope"] == "Namespaced"
+    assert crd["spec"]["names"]["categories"] == ["all"]
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1"
+    assert version["served"]
+    assert version["storage"]
+    assert version["subresources"] == {"status": {}}
+    schema = version["schema"]["openAPIV3Schema"]
+    assert schema["required"] == ["spec"]
+    assert set(schema["properties"]) == {"apiVersion", "kind", "metadata", "spec", "status"}
+
+
+def test_printer_columns() -> None:
+    def columns(kind: str) -> list[tuple[str, str]]:
+        version = crd_of(kind)["spec"]["versions"][0]
+        return [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]
+                if not c.get("priority")]  # fmt: skip
+
+    assert columns("RayService") == [
+        ("service status", ".status.serviceStatus"),
+        ("ready", '.status.conditions[?(@.type=="Ready")].status'),
+        ("serve endpoints", ".status.numServeEndpoints"),
+        ("age", ".metadata.creationTimestamp"),
+    ]
+    assert columns("RayCluster") == [
+        ("state", ".status.state"),
+        ("desired workers", ".status.desiredWorkerReplicas"),
+        ("ready workers", ".status.readyWorkerReplicas"),
+        ("age", ".metadata.creationTimestamp"),
+    ]
+
+
+def test_validation_rules_reach_the_schema() -> None:
+    service = schema_of("RayService")["properties"]
+    spec = service["spec"]["properties"]
+    assert service["spec"]["required"] == ["rayClusterConfig"]
+    assert spec["upgradeStrategy"]["properties"]["type"]["enum"] == [
+        "NewCluster",
+        "NewClusterWithIncrementalUpgrade",
+        "None",
+    ]
+    assert "nullable" not in spec["upgradeStrategy"]["properties"]["type"]  # null is pruned
+    delay = spec["rayClusterDeletionDelaySeconds"]
+    assert (delay["minimum"], delay["default"], delay["format"]) == (0, 60, "int32")
+    assert spec["serveConfigV2"] == {
+        "type": "string",
+        "nullable": True,
+        "description": "The Serve multi-application config, as a YAML string.",
+    }
+    assert spec["serveService"]["x-kubernetes-preserve-unknown-fields"] is True
+
+    cluster = schema_of("RayCluster")["properties"]["spec"]
+    assert cluster["required"] == ["headGroupSpec"]
+    head = cluster["properties"]["headGroupSpec"]
+    assert head["required"] == ["template"]
+    assert head["properties"]["template"] == {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "description": head["properties"]["template"]["description"],
+    }
+    group = cluster["properties"]["workerGroupSpecs"]["items"]
+    assert group["required"] == ["groupName", "template"]
+    for name, default in [("replicas", 0), ("minReplicas", 0), ("maxReplicas", 2**31 - 1)]:
+        assert (group["properties"][name]["minimum"], group["properties"][name]["default"]) == (
+            0,
+            default,
+        )
+
+
+@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+def test_status_has_no_defaults_and_conditions_are_a_map(kind: str) -> None:
+    status = schema_of(kind)["properties"]["status"]
+    assert not [path for path, node in nodes(status) if "default" in node]
+    conditions = [node for path, node in nodes(status) if path.endswith(".conditions")]
+    assert conditions
+    for node in conditions:
+        assert node["x-kubernetes-list-type"] == "map"
+        assert node["x-kubernetes-list-map-keys"] == ["type"]
+        assert node["items"]["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+        assert set(node["items"]["required"]) == {
+            "type", "status", "reason", "message", "lastTransitionTime"
+        }  # fmt: skip
+
+
+def test_descriptions_come_from_docstrings_without_markup() -> None:
+    spec = schema_of("RayService")["properties"]["spec"]["properties"]
+    description = spec["upgradeStrategy"]["properties"]["type"]["description"]
+    assert description == "An UpgradeType; unset means `NewCluster`."
+
+
+def test_free_form_dicts_must_be_declared_raw() -> None:
+    class Loose(meta.Model):
+        anything: dict[str, Any]
+
+    class Raw(meta.Model):
+        anything: meta.RawObject
+
+    with pytest.raises(gen.SchemaError, match="RawObject"):
+        gen.structural(Loose.model_json_schema(), {})
+    converted = gen.structural(Raw.model_json_schema(), {})
+    assert converted["properties"]["anything"] == {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+
+
+def test_unsupported_schema_keywords_fail_loudly() -> None:
+    class Choice(pydantic.BaseModel):
+        value: int | str
+
+    with pytest.raises(gen.SchemaError, match="anyOf"):
+        gen.structural(Choice.model_json_schema(), {})
+
+
+def test_role_is_the_merged_declarations() -> None:
+    role = yaml.safe_load((ROOT / "config/rbac/role.yaml").read_text())
+    assert role["kind"] == "ClusterRole"
+    assert role["metadata"]["name"] == "rayservice-operator-manager-role"
+    granted = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert granted[("ray.io", "rayservices/status")] == {"get", "update"}
+    assert granted[("ray.io", "rayclusters/finalizers")] == {"update"}
+    assert granted[("discovery.k8s.io", "endpointslices")] == {"get", "list", "watch"}
+    assert granted[("", "pods")] == {"get", "list", "watch", "create", "delete", "update"}
+    assert granted[("", "events")] == {"create", "patch"}
+    assert not any("*" in verbs for verbs in granted.values())
+    assert ("", "secrets") not in granted
+    declared = {(r.group, r.resource) for rules in rbac.DECLARATIONS.values() for r in rules}
+    assert set(granted) == declared
+
+
+def test_merge_unites_verbs_and_groups_resources() -> None:
+    rules = [
+        rbac.Rule("", "pods", "get"),
+        rbac.Rule("apps", "deployments", "list get"),
+        rbac.Rule("", "pods", "list"),
+        rbac.Rule("", "services", "list get"),
+    ]
+    assert rbac.merge(rules) == [
+        {"apiGroups": [""], "resources": ["pods", "services"], "verbs": ["get", "list"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]},
+    ]
+    assert rbac.merge(reversed(rules)) == rbac.merge(rules)
+    with pytest.raises(ValueError, match="verbs"):
+        rbac.Rule("", "pods", "get steal")
+
+
+def test_manager_deployment_is_locked_down() -> None:
+    docs = list(yaml.safe_load_all((ROOT / "config/manager/manager.yaml").read_text()))
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["image"] == "rayservice-operator:latest"
+    assert "--leader-elect" in container["args"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert pod["serviceAccountName"] == "rayservice-operator-manager"
+
+
+def test_models_declare_their_crd() -> None:
+    for model in v1.MODELS:
+        assert model.RESOURCE.group == v1.GROUP
+        assert model.PRINTER_COLUMNS[-1] is meta.PrinterColumn.AGE
