@@ -9,6 +9,8 @@ Prints progress to stderr and, as its last stdout line, one JSON object:
   that returns success at once, 10,000 keys sent through a channel source.
   Target >= 25,000.
 - ``queue_p99_us``: p99 of one add + get + done cycle on an idle named queue, in us.
+- ``metrics_on_vs_off_ratio``: named-queue throughput over unnamed-queue throughput,
+  measured side by side in each round (what the metrics cost, robust to machine noise).
 
 Each figure is the median of ``--rounds`` rounds (default 5); ``*_min``/``*_max``
 give the spread. Usage: ``.venv/bin/python hack/bench/workqueue.py [--rounds N]``.
@@ -33,9 +35,9 @@ KEYS = 10_000
 WORKERS = 4
 
 
-async def add_get_done(round_: int) -> float:
+async def add_get_done(round_: int, named: bool = True) -> float:
     q: ratelimiting.RateLimitingQueue[reconcile.Request] = ratelimiting.RateLimitingQueue(
-        f"bench-queue-{round_}"
+        f"bench-queue-{round_}" if named else ""
     )
     keys = [reconcile.Request("bench", f"obj-{i}") for i in range(KEYS)]
     started = time.perf_counter()
@@ -111,9 +113,11 @@ async def main(rounds: int) -> dict[str, object]:
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
-    queue_rates, engine_rates, p99s = [], [], []
+    queue_rates, engine_rates, p99s, ratios = [], [], [], []
     for i in range(rounds):
         queue_rates.append(await add_get_done(i))
+        # Side by side in the same round: the same queue without metrics.
+        ratios.append(queue_rates[-1] / await add_get_done(i, named=False))
         engine_rates.append(await noop_reconciles(i))
         p99s.append(await cycle_latency_p99_us(i))
         print(
@@ -128,6 +132,7 @@ async def main(rounds: int) -> dict[str, object]:
         "keys": KEYS,
         "workers": WORKERS,
         **spread("queue_p99_us", p99s, 2),
+        **spread("metrics_on_vs_off_ratio", ratios, 2),
         "rounds": rounds,
     }
 
