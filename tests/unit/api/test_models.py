@@ -92,7 +92,7 @@ def test_typed_access_to_a_kuberay_object() -> None:
     assert active.ray_cluster_status is not None
     assert active.ray_cluster_status.desired_cpu == "10"
     assert active.ray_cluster_status.head is not None
-    assert active.ray_cluster_status.head.pod_ip == "10.244.1.17"
+    assert active.ray_cluster_status.head.pod_ip == "198.18.1.17"
     assert (active.application_statuses or {})["summarize"].status == "RUNNING"
     ready = meta.find_condition(svc.status.conditions, rayservice.ConditionType.READY)
     assert ready is not None
