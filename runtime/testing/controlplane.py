@@ -232,10 +232,22 @@ class _Process:
             os.killpg(pgid, signal.SIGKILL)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports (all held open while choosing, so none repeats).
+
+    Another process may still take one before our component binds it; :meth:`ControlPlane._launch`
+    retries a component that fails with "address already in use".
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _wait(
@@ -368,27 +380,32 @@ class ControlPlane:
         self._ssl = ssl.create_default_context(cafile=str(certs / "ca.crt"))
         self._ssl.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
 
-        self.etcd_port = _free_port()
-        etcd = self._spawn(
-            "etcd",
-            [
+        data_dir = self.dir / "etcd"
+
+        def etcd_flags(ports: list[int]) -> list[str]:
+            self.etcd_port, peer = ports
+            shutil.rmtree(data_dir, ignore_errors=True)  # a failed attempt may have left one
+            return [
                 "--name=default",
-                f"--data-dir={self.dir / 'etcd'}",
+                f"--data-dir={data_dir}",
                 f"--listen-client-urls=http://127.0.0.1:{self.etcd_port}",
                 f"--advertise-client-urls=http://127.0.0.1:{self.etcd_port}",
-                f"--listen-peer-urls=http://127.0.0.1:{(peer := _free_port())}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
                 f"--initial-cluster=default=http://127.0.0.1:{peer}",
                 "--unsafe-no-fsync=true",
                 "--log-level=warn",
-            ],
-        )
-        _wait("etcd /health", self._etcd_healthy, timeout, [etcd])
+            ]
 
-        self.api_port = _free_port()
-        apiserver = self._spawn(
-            "kube-apiserver",
-            [
+        etcd = self._launch(
+            "etcd", 2, etcd_flags,
+            lambda proc, _: _wait("etcd /health", self._etcd_healthy, timeout, [proc]),
+        )  # fmt: skip
+
+        def apiserver_flags(ports: list[int]) -> list[str]:
+            [self.api_port] = ports
+            uncached = [f"{r}#0" for r in opts.uncached_resources]
+            return [
                 f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
                 f"--cert-dir={certs}",
                 f"--tls-cert-file={certs / 'apiserver.crt'}",
@@ -407,55 +424,62 @@ class ControlPlane:
                 f"--service-account-issuer=https://127.0.0.1:{self.api_port}",
                 f"--service-account-key-file={certs / 'sa.pub'}",
                 f"--service-account-signing-key-file={certs / 'sa.key'}",
-                *(
-                    [f"--watch-cache-sizes={','.join(f'{r}#0' for r in opts.uncached_resources)}"]
-                    if opts.uncached_resources
-                    else []
-                ),
+                *([f"--watch-cache-sizes={','.join(uncached)}"] if uncached else []),
                 *opts.extra_apiserver_flags,
-            ],
-        )
-        self.kubeconfig = self._write_kubeconfig(certs)
-        _wait("kube-apiserver /readyz", self._apiserver_ready, timeout, [etcd, apiserver])
-        _wait(
-            "the default namespace",
-            lambda: self.request("GET", "/api/v1/namespaces/default"),
-            timeout,
-            [etcd, apiserver],
-        )
+            ]
+
+        def apiserver_ready(proc: _Process, _: list[int]) -> None:
+            self.kubeconfig = self._write_kubeconfig(certs)
+            _wait("kube-apiserver /readyz", self._apiserver_ready, timeout, [etcd, proc])
+            _wait(
+                "the default namespace",
+                lambda: self.request("GET", "/api/v1/namespaces/default"),
+                timeout,
+                [etcd, proc],
+            )
+
+        apiserver = self._launch("kube-apiserver", 1, apiserver_flags, apiserver_ready)
         base = [etcd, apiserver]
+
+        def healthz_ready(what: str) -> Callable[[_Process, list[int]], None]:
+            def ready(proc: _Process, ports: list[int]) -> None:
+                _wait(f"{what} /healthz", lambda: self._healthz(ports[0]), timeout, [*base, proc])
+
+            return ready
+
         if opts.controller_manager:
-            port = _free_port()
-            kcm = self._spawn(
-                "kube-controller-manager",
-                [
-                    f"--kubeconfig={self.kubeconfig}",
-                    f"--service-account-private-key-file={certs / 'sa.key'}",
-                    f"--root-ca-file={certs / 'ca.crt'}",
-                    "--leader-elect=false",
-                    "--controllers=garbagecollector,namespace,endpointslice,endpoint,"
-                    "serviceaccount,serviceaccount-token,replicaset,deployment",
-                    f"--secure-port={port}",
-                    "--bind-address=127.0.0.1",
-                    "--concurrent-gc-syncs=5",
-                ],
+            base.append(
+                self._launch(
+                    "kube-controller-manager",
+                    1,
+                    lambda ports: [
+                        f"--kubeconfig={self.kubeconfig}",
+                        f"--service-account-private-key-file={certs / 'sa.key'}",
+                        f"--root-ca-file={certs / 'ca.crt'}",
+                        "--leader-elect=false",
+                        "--controllers=garbagecollector,namespace,endpointslice,endpoint,"
+                        "serviceaccount,serviceaccount-token,replicaset,deployment",
+                        f"--secure-port={ports[0]}",
+                        "--bind-address=127.0.0.1",
+                        "--concurrent-gc-syncs=5",
+                    ],
+                    healthz_ready("kube-controller-manager"),
+                )
             )
-            _wait("kube-controller-manager /healthz", lambda: self._healthz(port), timeout,
-                  [*base, kcm])  # fmt: skip
-            base.append(kcm)
         if opts.scheduler:
-            port = _free_port()
-            sched = self._spawn(
-                "kube-scheduler",
-                [
-                    f"--kubeconfig={self.kubeconfig}",
-                    "--leader-elect=false",
-                    f"--secure-port={port}",
-                    "--bind-address=127.0.0.1",
-                ],
+            base.append(
+                self._launch(
+                    "kube-scheduler",
+                    1,
+                    lambda ports: [
+                        f"--kubeconfig={self.kubeconfig}",
+                        "--leader-elect=false",
+                        f"--secure-port={ports[0]}",
+                        "--bind-address=127.0.0.1",
+                    ],
+                    healthz_ready("kube-scheduler"),
+                )
             )
-            _wait("kube-scheduler /healthz", lambda: self._healthz(port), timeout, [*base, sched])
-            base.append(sched)
         if opts.kwok:
             self._start_kwok(base, timeout)
         for crd_dir in opts.crd_dirs:
@@ -474,7 +498,7 @@ class ControlPlane:
                 f"--config={_STAGES}",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--server-address=127.0.0.1:{_free_port()}",
+                f"--server-address=127.0.0.1:{_free_ports(1)[0]}",
                 f"--node-ip={HOST_VETH_ADDRESS}",
                 f"--cidr={next(pod_cidr.subnets(new_prefix=24))}",
             ],
@@ -521,6 +545,30 @@ class ControlPlane:
             if self.dir is not None and not os.environ.get("CONTROLPLANE_KEEP_DIR"):
                 shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+    def _launch(
+        self,
+        name: str,
+        ports: int,
+        flags: Callable[[list[int]], list[str]],
+        ready: Callable[[_Process, list[int]], object],
+        attempts: int = 3,
+    ) -> _Process:
+        """Start a component on fresh ports and wait until ``ready``; if it lost a race for a
+        port ("address already in use"), try again with new ones."""
+        for attempt in range(1, attempts + 1):
+            chosen = _free_ports(ports)
+            proc = self._spawn(name, flags(chosen))
+            try:
+                ready(proc, chosen)
+                return proc
+            except ControlPlaneError as exc:
+                if "address already in use" not in exc.log_tail or attempt == attempts:
+                    raise
+                proc.stop()
+                self._procs.remove(proc)
+                proc.log_path.unlink(missing_ok=True)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _spawn(self, name: str, flags: Sequence[str]) -> _Process:
         assert self.dir is not None

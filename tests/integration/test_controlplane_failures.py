@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import subprocess
 
 import pytest
@@ -51,3 +52,30 @@ def test_build_without_go_fails_with_a_clear_message(tmp_path: pathlib.Path) -> 
     assert done.returncode != 0
     assert "go" in done.stderr.lower()
     assert "not found" in done.stderr.lower() or "install" in done.stderr.lower()
+
+
+def test_a_port_taken_by_someone_else_is_retried_with_new_ports(
+    bin_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    real = controlplane._free_ports
+    handed_out: list[list[int]] = []
+
+    def first_one_taken(count: int) -> list[int]:
+        ports = real(count)
+        if not handed_out:
+            ports[0] = taken  # lose the race for etcd's client port
+        handed_out.append(ports)
+        return ports
+
+    monkeypatch.setattr(controlplane, "_free_ports", first_one_taken)
+    try:
+        with controlplane.running(controlplane.Options(bin_dir=bin_dir)) as cp:
+            assert cp.etcd_port != taken
+            assert cp.request("GET", "/version")["gitVersion"].startswith("v1.")
+        assert handed_out[0][0] == taken, "the first attempt did use the taken port"
+    finally:
+        squatter.close()
