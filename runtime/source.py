@@ -110,7 +110,6 @@ class Kind:
         self.resource = resource
         self.handler = handler or handler_.for_object()
         self.predicates = tuple(predicates)
-        self._informer: informer_.SharedInformer | None = None
 
     async def start(self, queue: RequestQueue) -> None:
         handler, predicates = self.handler, self.predicates
@@ -122,9 +121,9 @@ class Kind:
             for request in handler(event):
                 queue.add(request)
 
-        self._informer = self.cache.informer(self.resource)
-        self._informer.add_handler(on_event)
-        self._informer.start()  # idempotent; a manager's cache may have started it already
+        informer = self.cache.informer(self.resource)
+        informer.add_handler(on_event)
+        informer.start()  # idempotent; a manager's cache may have started it already
 
     async def wait_for_sync(self) -> None:
         await self.cache.informer(self.resource).wait_for_sync()
