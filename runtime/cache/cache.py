@@ -47,15 +47,18 @@ class Cache:
         transform: store_.Transform | None = store_.default_transform,
         resync: float | None = None,
         debug: bool = False,
+        watch_list: bool = False,
     ) -> None:
-        """``indexers`` maps a resource's ``str()`` (e.g. ``"pods"``,
-        ``"rayclusters.ray.io"``) to extra indexers for its store."""
+        """``watch_list=True`` syncs informers with one streaming watch instead of a
+        list (see :mod:`runtime.cache.reflector`). ``indexers`` maps a resource's
+        ``str()`` (e.g. ``"pods"``, ``"rayclusters.ray.io"``) to extra indexers."""
         self.client = client
         self.namespace = namespace
         self.indexers = {k: dict(v) for k, v in (indexers or {}).items()}
         self.transform = transform
         self.resync = resync
         self.debug = debug
+        self.watch_list = watch_list
         self._informers: dict[resources.Resource, informer_.SharedInformer] = {}
         self._synced_stores: dict[resources.Resource, store_.Store] = {}
         self._started = False
@@ -74,6 +77,7 @@ class Cache:
                 transform=self.transform,
                 resync=self.resync,
                 debug=self.debug,
+                watch_list=self.watch_list,
             )
             self._informers[resource] = found
             if self._started:

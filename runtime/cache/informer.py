@@ -58,6 +58,7 @@ class SharedInformer:
         transform: store_.Transform | None = store_.default_transform,
         resync: float | None = None,
         debug: bool = False,
+        watch_list: bool = False,
     ) -> None:
         self.resource = resource
         self.store = store_.Store(indexers, transform=transform, debug=debug)
@@ -74,6 +75,7 @@ class SharedInformer:
             namespace=namespace,
             label_selector=label_selector,
             on_synced=self._synced.set,
+            watch_list=watch_list,
         )
 
     def add_handler(self, handler: Handler) -> None:

@@ -19,6 +19,12 @@ Contract (client-go's reflector, in our words):
 5. A watch event older than what the store holds (a write-through of our own
    newer write got there first) does not roll the store back.
 
+6. ``watch_list=True`` replaces step 1 by one watch with ``sendInitialEvents``
+   (WatchList, on by default in the apiserver since 1.32): the initial state
+   arrives as ADDED events up to a BOOKMARK annotated
+   ``k8s.io/initial-events-end``, the store is replaced there, and the same
+   stream goes on as the watch. A server that refuses it gets list+watch.
+
 Every change is reported to ``on_event(type, obj, old)`` with type ``"add"``,
 ``"update"`` or ``"delete"``, in the order the server sent them; ``on_synced()``
 is called after the first successful list.
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import structlog
@@ -41,6 +47,9 @@ from runtime.client import errors, resources
 __all__ = ["Backoff", "EventHandler", "Reflector"]
 
 EventHandler = Callable[[str, store_.Obj, store_.Obj | None], None]
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+"""The annotation on the BOOKMARK that ends a watch-list's initial events."""
 
 
 class Backoff:
@@ -83,6 +92,7 @@ class Reflector:
         page_size: int = 500,
         min_watch_timeout: int = 300,
         backoff: Backoff | None = None,
+        watch_list: bool = False,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -94,6 +104,7 @@ class Reflector:
         self.page_size = page_size
         self.min_watch_timeout = min_watch_timeout
         self.backoff = backoff or Backoff()
+        self.watch_list = watch_list
         self.resource_version: str | None = None
         self.lists = 0
         """Lists done so far (the first, plus one per relist)."""
@@ -105,6 +116,14 @@ class Reflector:
         need_list = True
         while True:
             try:
+                if need_list and self.watch_list:
+                    try:
+                        await self._watch_list()  # lists and goes on watching, one stream
+                        need_list = False
+                        continue
+                    except (errors.BadRequest, errors.Invalid, errors.Forbidden) as exc:
+                        self.log.warning("watch-list refused; using list+watch", error=str(exc))
+                        self.watch_list = False
                 if need_list:
                     await self._list("" if relist_consistent else "0")
                     need_list = False
@@ -129,8 +148,11 @@ class Reflector:
             resource_version=resource_version,
             page_size=self.page_size,
         )
-        upserted, deleted = self.store.replace(result.items)
-        self.resource_version = result.resource_version
+        self._replace(result.items, result.resource_version)
+
+    def _replace(self, items: list[store_.Obj], resource_version: str) -> None:
+        upserted, deleted = self.store.replace(items)
+        self.resource_version = resource_version
         self.lists += 1
         for obj, old in upserted:
             self.on_event("add" if old is None else "update", obj, old)
@@ -139,16 +161,48 @@ class Reflector:
         if self.lists == 1 and self.on_synced is not None:
             self.on_synced()
 
+    def _timeout(self) -> int:
+        return random.randint(self.min_watch_timeout, 2 * self.min_watch_timeout)
+
+    async def _watch_list(self) -> None:
+        """The initial state as a stream of ADDED events ending at a BOOKMARK annotated
+        ``k8s.io/initial-events-end``, then the same stream goes on as a watch. No big list
+        response is ever held in memory (``watch_list=True``)."""
+        events = self.client.watch(
+            self.resource,
+            self.namespace,
+            timeout_seconds=self._timeout(),
+            label_selector=self.label_selector,
+            allow_bookmarks=True,
+            send_initial_events=True,
+        )
+        initial: list[store_.Obj] = []
+        async for event in events:
+            obj = event.get("object") or {}
+            meta = obj.get("metadata") or {}
+            if event.get("type") == "ADDED":
+                initial.append(obj)
+            elif event.get("type") == "BOOKMARK":
+                annotations = meta.get("annotations") or {}
+                if annotations.get(INITIAL_EVENTS_END) == "true":
+                    self._replace(initial, meta.get("resourceVersion", ""))
+                    break
+        else:
+            raise TimeoutError("the watch ended before its initial events did")
+        await self._consume(events)
+
     async def _watch(self) -> None:
-        timeout = random.randint(self.min_watch_timeout, 2 * self.min_watch_timeout)
         events = self.client.watch(
             self.resource,
             self.namespace,
             resource_version=self.resource_version,
-            timeout_seconds=timeout,
+            timeout_seconds=self._timeout(),
             label_selector=self.label_selector,
             allow_bookmarks=True,
         )
+        await self._consume(events)
+
+    async def _consume(self, events: AsyncIterator[client_.WatchEvent]) -> None:
         store = self.store
         async for event in events:
             kind = event.get("type")

@@ -259,8 +259,17 @@ class FakeClient:
         if since < self._compacted:
             raise errors.Gone(410, "Expired", "too old resource version")
         queue: asyncio.Queue[Obj] = asyncio.Queue()
+        if send_initial_events:  # WatchList: the current state, then the end-of-initial bookmark
+            for (res, _), obj in sorted(self._objects.items(), key=lambda kv: kv[0][1]):
+                if res == resource:
+                    queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(obj)})
+            queue.put_nowait(
+                {"type": "BOOKMARK", "object": {"metadata": {
+                    "resourceVersion": str(self._last_rv),
+                    "annotations": {"k8s.io/initial-events-end": "true"}}}}
+            )  # fmt: skip
         for rv, res, event in self._history:
-            if rv > since and res == resource:
+            if rv > since and res == resource and not send_initial_events:
                 queue.put_nowait(copy.deepcopy(event))
         entry = (resource, namespace, queue)
         self._watchers.append(entry)

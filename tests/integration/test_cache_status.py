@@ -53,6 +53,24 @@ async def test_informer_syncs_1000_objects(client: client_.Client, namespace: st
         await cache.stop()
 
 
+async def test_watch_list_sync_equals_a_fresh_list_and_keeps_watching(
+    client: client_.Client, namespace: str
+) -> None:
+    for i in range(50):
+        await client.create(widget(f"wl{i}", namespace))
+    cache = cache_.Cache(client, namespace=namespace, watch_list=True, debug=True)
+    try:
+        cached = await cache.list(WIDGETS, namespace)
+        fresh = await client.list(WIDGETS, namespace)
+        assert names_and_versions(cached) == names_and_versions(fresh.items)
+        await client.delete(WIDGETS, namespace, "wl0")
+        await helpers.eventually(
+            lambda: _async(len(cache.informer(WIDGETS).store) == 49), 30, "the delete seen"
+        )
+    finally:
+        await cache.stop()
+
+
 async def test_relist_after_410_leaves_the_store_equal_to_a_fresh_list(
     control_plane: controlplane.ControlPlane, client: client_.Client, namespace: str
 ) -> None:

@@ -185,3 +185,22 @@ async def test_label_selector_lists_match_a_full_scan(env) -> None:  # type: ign
                     and parsed.matches(o["metadata"].get("labels"))}  # fmt: skip
         got = {o["metadata"]["name"] for o in await cache.list(CM, "ns", label_selector=selector)}
         assert got == expected, selector
+
+
+async def test_watch_list_syncs_from_one_stream_and_keeps_watching() -> None:
+    client = fake.FakeClient()
+    for i in range(5):
+        await client.create(cm(f"c{i}"))
+    cache = cache_.Cache(client, watch_list=True, debug=True)  # type: ignore[arg-type]
+    try:
+        assert len(await cache.list(CM)) == 5
+        verbs = [verb for verb, _, _ in client.calls]
+        assert "list" not in verbs, "no list request: the initial state came as watch events"
+        await client.delete(CM, "ns", "c0")
+        await client.create(cm("c9"))
+        await helpers.settle()
+        names = sorted(o["metadata"]["name"] for o in await cache.list(CM))
+        assert names == ["c1", "c2", "c3", "c4", "c9"]
+        assert [verb for verb, _, _ in client.calls].count("watch") == 1, "one stream throughout"
+    finally:
+        await cache.stop()
