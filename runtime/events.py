@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 import structlog
 
 from runtime import metrics
+from runtime._internal import aio
 from runtime.client import errors, resources
 
 __all__ = ["Options", "Recorder"]
@@ -133,12 +134,7 @@ class Recorder:
             if stop.is_set():
                 return
             self._wakeup.clear()
-            waiter = asyncio.ensure_future(self._wakeup.wait())
-            stopper = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (waiter, stopper):
-                task.cancel()
-            await asyncio.gather(waiter, stopper, return_exceptions=True)
+            await aio.wait_first(self._wakeup, stop)
 
     async def flush(self) -> None:
         """Write everything queued now (for tests and shutdown)."""

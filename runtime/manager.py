@@ -40,6 +40,7 @@ import structlog
 from aiohttp import web
 
 from runtime import events, leaderelection, metrics
+from runtime._internal import aio
 from runtime.cache import cache as cache_
 from runtime.client import client as client_
 
@@ -180,7 +181,8 @@ class Manager:
                     ),
                 )
                 elector_task = asyncio.create_task(self.elector.run(elector_stop), name="elector")
-                if not await self._first(self.elector.elected.wait(), stop, elector_task):
+                await aio.wait_first(self.elector.elected, stop, tasks=[elector_task])
+                if stop.is_set() or not self.elector.elected.is_set():
                     return
             for runnable in leaders:
                 started.append(self._launch(runnable))
@@ -206,29 +208,10 @@ class Manager:
         task = asyncio.create_task(runnable.start(own_stop), name=f"runnable-{runnable!r}")
         return runnable, own_stop, task
 
-    async def _first(
-        self, awaitable: Awaitable[object], stop: asyncio.Event, elector: asyncio.Task[None]
-    ) -> bool:
-        """Wait for ``awaitable``; False if ``stop`` was set (or the election ended) first."""
-        waiter = asyncio.ensure_future(awaitable)
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({waiter, stopper, elector}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiter, stopper):
-                task.cancel()
-            await asyncio.gather(waiter, stopper, return_exceptions=True)
-        return waiter.done() and not waiter.cancelled() and not stop.is_set()
-
     async def _until_stop_or_failure(
         self, stop: asyncio.Event, tasks: list[asyncio.Task[None]]
     ) -> None:
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-            await asyncio.gather(stopper, return_exceptions=True)
+        await aio.wait_first(stop, tasks=tasks)
 
     async def _shutdown(
         self,

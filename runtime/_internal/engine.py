@@ -264,13 +264,10 @@ class Engine:
         except asyncio.CancelledError:
             if not slot.timed_out:
                 raise  # a stop, not our timeout
-            slot.task.uncancel()
-            raise ReconcileTimeout(
-                f"reconcile of {request} exceeded {self.reconcile_timeout} s"
-            ) from None
+            result = None  # reported below
         finally:
             slot.started = None
-        if slot.timed_out:  # the reconciler swallowed the cancellation
+        if slot.timed_out:  # our watchdog fired (also when the reconciler swallowed it)
             slot.task.uncancel()
             raise ReconcileTimeout(f"reconcile of {request} exceeded {self.reconcile_timeout} s")
         if result is None:

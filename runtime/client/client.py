@@ -214,6 +214,13 @@ class Client:
 
     # -- the transport -----------------------------------------------------------------------
 
+    async def _throttle(self) -> None:
+        """Wait for a token of the client-side bucket, when one is configured."""
+        if self._bucket is not None:
+            delay = self._bucket.when(None)
+            if delay > 0:
+                await asyncio.sleep(delay)
+
     async def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
         if content_type:
@@ -279,10 +286,7 @@ class Client:
         self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
         content_type: str | None, request_timeout: float | None,
     ) -> Any:  # fmt: skip
-        if self._bucket is not None:
-            delay = self._bucket.when(None)
-            if delay > 0:
-                await asyncio.sleep(delay)
+        await self._throttle()
         data = None
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -452,10 +456,7 @@ class Client:
         if send_initial_events:
             query["sendInitialEvents"] = "true"
             query["resourceVersionMatch"] = "NotOlderThan"
-        if self._bucket is not None:
-            delay = self._bucket.when(None)
-            if delay > 0:
-                await asyncio.sleep(delay)
+        await self._throttle()
         session = self._get_session()
         timeout = aiohttp.ClientTimeout(
             total=None,
