@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -11,12 +12,17 @@ T = TypeVar("T")
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T | None]], within: float = 30.0, what: str = "condition"
+    check: Callable[[], Awaitable[T | None] | T | None],
+    within: float = 30.0,
+    what: str = "condition",
 ) -> T:
-    """Await ``check()`` until it returns something truthy; fail after ``within`` s."""
+    """Call ``check()`` (awaiting it if it is async) until it returns something truthy;
+    fail after ``within`` s."""
     deadline = time.monotonic() + within
     while True:
-        value = await check()
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() > deadline:

@@ -65,7 +65,7 @@ async def test_watch_list_sync_equals_a_fresh_list_and_keeps_watching(
         assert names_and_versions(cached) == names_and_versions(fresh.items)
         await client.delete(WIDGETS, namespace, "wl0")
         await helpers.eventually(
-            lambda: _async(len(cache.informer(WIDGETS).store) == 49), 30, "the delete seen"
+            lambda: len(cache.informer(WIDGETS).store) == 49, 30, "the delete seen"
         )
     finally:
         await cache.stop()
@@ -84,7 +84,7 @@ async def test_relist_after_410_leaves_the_store_equal_to_a_fresh_list(
 
     reflector = reflector_.Reflector(client, GADGETS, store, record, namespace=namespace)
     task = asyncio.create_task(reflector.run())
-    await helpers.eventually(lambda: _async(len(store) == 10), 30, "initial sync")
+    await helpers.eventually(lambda: len(store) == 10, 30, "initial sync")
     # Disconnect; the world changes; etcd compacts the history we would resume from.
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
@@ -96,7 +96,7 @@ async def test_relist_after_410_leaves_the_store_equal_to_a_fresh_list(
     control_plane.compact_etcd()
     task = asyncio.create_task(reflector.run())
     try:
-        await helpers.eventually(lambda: _async(reflector.lists == 2), 30, "a relist after 410")
+        await helpers.eventually(lambda: reflector.lists == 2, 30, "a relist after 410")
         fresh = await client.list(GADGETS, namespace)
         assert names_and_versions(store.list()) == names_and_versions(fresh.items)
         assert ("delete", "g0") in events
@@ -104,7 +104,7 @@ async def test_relist_after_410_leaves_the_store_equal_to_a_fresh_list(
         # and it keeps watching after the relist
         await client.delete(GADGETS, namespace, "g2")
         await helpers.eventually(
-            lambda: _async(f"{namespace}/g2" not in store), 30, "a delete after relist"
+            lambda: f"{namespace}/g2" not in store, 30, "a delete after relist"
         )
     finally:
         task.cancel()
@@ -193,10 +193,3 @@ async def _get_or_none(cache: cache_.Cache, namespace: str, name: str) -> dict[s
         return await cache.get(WIDGETS, namespace, name)
     except errors.NotFound:
         return None
-
-
-def _async(value: Any) -> Any:
-    async def wrapper() -> Any:
-        return value
-
-    return wrapper()

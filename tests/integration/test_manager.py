@@ -182,7 +182,7 @@ async def test_readyz_fails_until_caches_sync_and_metrics_are_served(
     stop = asyncio.Event()
     task = asyncio.create_task(manager.start(stop))
     try:
-        await helpers.eventually(lambda: _async(manager.probe_address), 10, "probe server")
+        await helpers.eventually(lambda: manager.probe_address, 10, "probe server")
         assert manager.probe_address is not None
         assert manager.metrics_address is not None
         probes = f"http://127.0.0.1:{manager.probe_address[1]}"
@@ -260,10 +260,3 @@ def _crd(group: str) -> dict[str, Any]:
                                     "x-kubernetes-preserve-unknown-fields": True}}}],
         },
     }  # fmt: skip
-
-
-def _async(value: Any) -> Any:
-    async def wrapper() -> Any:
-        return value
-
-    return wrapper()
