@@ -16,7 +16,14 @@ client-go's recorder:
   ``events_dropped_total``). A controller stuck in a hot loop therefore costs a
   handful of API writes, not thousands.
 - The queue of pending events is bounded (``max_pending``, 1000); the oldest are
-  dropped first. Write failures are logged, never raised into reconcilers.
+  dropped first.
+- **Recording never fails anything**: :meth:`Recorder.event` never raises, and a
+  write that fails for any reason (an API error, a dropped connection, a bug in a
+  transport) is logged, counted in ``events_write_errors_total{write}``, and
+  skipped; the recorder goes on with the next Event.
+- **Bounded memory**: the per-object state behind deduplication, aggregation and
+  the spam filter is kept for the ``max_objects`` (4096) most recently seen
+  objects (least recently used forgotten first).
 """
 
 from __future__ import annotations
@@ -43,6 +50,10 @@ EventType = Literal["Normal", "Warning"]
 _written = metrics.Family(
     "events_written_total", "Kubernetes Events written, by type and write (create or patch)",
     "counter", ("type", "write"),
+)  # fmt: skip
+_failed = metrics.Family(
+    "events_write_errors_total", "Event writes that failed, by write (create or patch)",
+    "counter", ("write",),
 )  # fmt: skip
 _dropped = metrics.Family(
     "events_dropped_total", "Events dropped by the spam filter or a full queue", "counter",
@@ -80,6 +91,10 @@ class Options:
     max_pending: int = 1000
     """Events waiting to be written before the oldest are dropped. Default 1000."""
 
+    max_objects: int = 4096
+    """Objects whose deduplication and spam-filter state is kept (least recently
+    used forgotten first). Default 4096."""
+
 
 @dataclasses.dataclass
 class _Series:
@@ -87,6 +102,18 @@ class _Series:
     namespace: str
     count: int
     last_seen: float
+
+
+@dataclasses.dataclass
+class _ObjectState:
+    """What the recorder remembers about one involved object."""
+
+    tokens: float
+    refilled_at: float
+    series: dict[tuple[str, str, str], _Series] = dataclasses.field(default_factory=dict)
+    """(type, reason, message or "(combined)") -> the Event written for it."""
+    similar: dict[tuple[str, str], dict[str, float]] = dataclasses.field(default_factory=dict)
+    """(type, reason) -> message -> when last seen."""
 
 
 def _now_text() -> str:
@@ -114,9 +141,7 @@ class Recorder:
             maxlen=self.options.max_pending
         )
         self._wakeup = asyncio.Event()
-        self._series: dict[tuple[str, str, str, str], _Series] = {}
-        self._similar: dict[tuple[str, str, str], dict[str, float]] = {}
-        self._tokens: dict[str, tuple[float, float]] = {}
+        self._objects: collections.OrderedDict[str, _ObjectState] = collections.OrderedDict()
         self.log = structlog.get_logger("runtime.events").bind(component=component)
 
     def event(self, obj: dict[str, Any], type_: EventType, reason: str, message: str) -> None:
@@ -129,8 +154,7 @@ class Recorder:
     async def start(self, stop: asyncio.Event) -> None:
         """Write queued Events until ``stop`` is set (then flush what is queued)."""
         while True:
-            while self._pending:
-                await self._write(*self._pending.popleft())
+            await self.flush()
             if stop.is_set():
                 return
             self._wakeup.clear()
@@ -141,40 +165,58 @@ class Recorder:
         while self._pending:
             await self._write(*self._pending.popleft())
 
-    def _allow(self, uid: str) -> bool:
-        now = self._now()
-        tokens, last = self._tokens.get(uid, (float(self.options.burst), now))
-        tokens = min(float(self.options.burst), tokens + (now - last) / self.options.refill_seconds)
-        if tokens < 1:
-            self._tokens[uid] = (tokens, now)
+    def tracked_objects(self) -> int:
+        """How many objects' state the recorder holds (at most ``max_objects``)."""
+        return len(self._objects)
+
+    def _state(self, uid: str, now: float) -> _ObjectState:
+        state = self._objects.get(uid)
+        if state is None:
+            state = self._objects[uid] = _ObjectState(float(self.options.burst), now)
+            while len(self._objects) > self.options.max_objects:
+                self._objects.popitem(last=False)
+        else:
+            self._objects.move_to_end(uid)
+        return state
+
+    def _allow(self, state: _ObjectState, now: float) -> bool:
+        opts = self.options
+        state.tokens = min(
+            float(opts.burst), state.tokens + (now - state.refilled_at) / opts.refill_seconds
+        )
+        state.refilled_at = now
+        if state.tokens < 1:
             return False
-        self._tokens[uid] = (tokens - 1, now)
+        state.tokens -= 1
         return True
 
     async def _write(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        meta = obj.get("metadata") or {}
-        uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
-        namespace = meta.get("namespace") or "default"
-        now = self._now()
-        window = self.options.dedupe_window
-        similar = self._similar.setdefault((uid, type_, reason), {})
-        for old, seen in list(similar.items()):
-            if now - seen > window:
-                del similar[old]
-        similar[message] = now
-        if len(similar) > self.options.max_similar:
-            message = f"(combined from similar events): {message}"
-            key = (uid, type_, reason, "(combined)")
-        else:
-            key = (uid, type_, reason, message)
-        series = self._series.get(key)
-        if series is not None and now - series.last_seen > window:
-            series = None
-        if not self._allow(uid):
-            _dropped.counter("spam_filter").inc()
-            return
+        write = "create"
         try:
+            meta = obj.get("metadata") or {}
+            uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+            namespace = meta.get("namespace") or "default"
+            now = self._now()
+            window = self.options.dedupe_window
+            state = self._state(uid, now)
+            similar = state.similar.setdefault((type_, reason), {})
+            for old, seen in list(similar.items()):
+                if now - seen > window:
+                    del similar[old]
+            similar[message] = now
+            if len(similar) > self.options.max_similar:
+                message = f"(combined from similar events): {message}"
+                key = (type_, reason, "(combined)")
+            else:
+                key = (type_, reason, message)
+            series = state.series.get(key)
+            if series is not None and now - series.last_seen > window:
+                series = None
+            if not self._allow(state, now):
+                _dropped.counter("spam_filter").inc()
+                return
             if series is not None:
+                write = "patch"
                 series.count += 1
                 series.last_seen = now
                 await self.client.patch(
@@ -212,8 +254,12 @@ class Recorder:
                 namespace=namespace,
             )
             _written.counter(type_, "create").inc()
-            self._series[key] = _Series(created["metadata"]["name"], namespace, 1, now)
+            state.series[key] = _Series(created["metadata"]["name"], namespace, 1, now)
         except errors.NotFound:
-            self._series.pop(key, None)  # the Event expired server-side; next time create anew
-        except (errors.ApiError, OSError, TimeoutError) as exc:
+            if write == "patch":  # the Event expired server-side; next time create anew
+                state.series.pop(key, None)
+            _failed.counter(write).inc()
+            self.log.warning("writing an event failed", reason=reason, error="NotFound")
+        except Exception as exc:  # any failure: recording events must never stop anything
+            _failed.counter(write).inc()
             self.log.warning("writing an event failed", reason=reason, error=repr(exc))

@@ -45,3 +45,12 @@ def test_label_count_is_checked() -> None:
 def test_histogram_needs_buckets() -> None:
     with pytest.raises(ValueError, match="needs buckets"):
         metrics.Family("h", "x", "histogram", registry=None)
+
+
+def test_framework_registry_carries_process_and_python_runtime_collectors() -> None:
+    # controller-runtime serves process and Go runtime metrics beside its own; the Python
+    # equivalents are prometheus_client's process, GC and platform collectors.
+    text = prometheus_client.generate_latest(metrics.registry).decode()
+    names = ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds")
+    for name in (*names, "python_gc_objects_collected_total", "python_info"):
+        assert f"\n{name}" in text or text.startswith(name), f"{name} missing from /metrics"
