@@ -36,7 +36,7 @@ A minimal controller:
 >>> import asyncio, runtime
 >>> async def reconcile(request: runtime.Request) -> runtime.Result:
 ...     return runtime.Result()
->>> ctrl = runtime.Controller("example", reconcile, options=runtime.ControllerOptions())
+>>> ctrl = runtime.Controller("minimal", reconcile, options=runtime.ControllerOptions())
 >>> ctrl.watch(runtime.source.Channel()) is ctrl
 True
 """

@@ -97,7 +97,9 @@ class Builder:
                 source_.Kind(
                     cache,
                     owned,
-                    handler_.for_owner(resource.api_version, resource.kind),
+                    handler_.for_owner(
+                        resource.api_version, resource.kind, namespaced=resource.namespaced
+                    ),
                     [*self._filters, *owned_predicates],
                 )
             )

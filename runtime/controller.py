@@ -12,22 +12,35 @@ Guarantees:
 
 - one key is never reconciled by two workers at once; many events for a key
   collapse into one reconcile;
-- a worker never dies: every exception from the reconciler is logged with its
-  traceback (structlog, with ``controller``, ``namespace``, ``name`` and
-  ``reconcile_id`` bound in the context) and turned into a requeue;
+- a worker never dies of a reconcile: whatever a reconcile raises (any exception
+  type, also a :class:`asyncio.CancelledError` it did not get from the controller)
+  is logged with its traceback (structlog, with ``controller``, ``namespace``,
+  ``name`` and ``reconcile_id`` bound in the context) and is a failure
+  (requeue with backoff, or none for a terminal one); a queue key that is not a
+  :class:`~runtime.reconcile.Request` is logged and dropped. A worker that fails
+  anyway is an engine bug: the controller stops and ``start`` raises
+  :class:`RuntimeError` (so a manager exits non-zero);
 - each reconcile is bounded by ``reconcile_timeout``;
-- :meth:`Controller.start` blocks until its ``stop`` event is set; then no new
+- :meth:`Controller.start` waits for its syncing sources (at most
+  ``cache_sync_timeout``, then :class:`TimeoutError`), and returns at once if
+  ``stop`` is set meanwhile. Then it blocks until ``stop`` is set; no new
   reconcile starts, in-flight ones get ``graceful_shutdown_timeout`` to finish and
-  are cancelled after it, and every task the controller made has ended when
-  ``start`` returns. Keys still queued are dropped: reconciliation is
-  level-based, and whoever runs next relists everything.
+  are cancelled after it. Keys still queued are dropped: reconciliation is
+  level-based, and whoever runs next relists everything;
+- however ``start`` ends (returns, raises, or is cancelled, also during the
+  graceful stop), every task the controller made has ended by then: a
+  cancellation cancels the in-flight reconciles and waits for them (each further
+  cancellation is passed on; a reconcile that swallows them all holds ``start`` up).
+
+Names: a controller's name must be unique in the process (it labels the
+metrics); a duplicate is rejected unless ``Options.skip_name_validation``.
 
 Metrics (``controller`` label): ``controller_runtime_reconcile_total{result}``,
 ``controller_runtime_reconcile_errors_total``,
 ``controller_runtime_terminal_reconcile_errors_total``,
 ``controller_runtime_reconcile_time_seconds``, ``controller_runtime_active_workers``,
 ``controller_runtime_max_concurrent_reconciles``, and the queue's ``workqueue_*``
-series under ``name=<controller name>``.
+series with ``controller`` and ``name`` both the controller name.
 
 >>> import asyncio
 >>> from runtime import reconcile, source
@@ -86,6 +99,11 @@ class Options:
     clock: clock_.Clock | None = None
     """Time source for the queue and the default rate limiter. Default: real time."""
 
+    skip_name_validation: bool = False
+    """Allow a name another controller of this process already has (for tests that
+    build the same controller many times; the two then share their metric series).
+    Default False: a duplicate name is rejected."""
+
     def __post_init__(self) -> None:
         if self.max_concurrent_reconciles < 1:
             raise ValueError(
@@ -98,15 +116,19 @@ class Options:
             raise ValueError(f"reconcile_timeout must be > 0 or None, got {self.reconcile_timeout}")
 
 
+_used_names: set[str] = set()
+"""Names of the controllers built in this process (never released, like controller-runtime's)."""
+
 ReconcilerLike = reconcile.Reconciler | Callable[[reconcile.Request], Awaitable[reconcile.Result]]
 
 
 class Controller:
     """Runs ``reconciler`` for keys from its sources (see the module docstring).
 
-    ``name`` labels logs and metrics and names the work queue; give each
-    controller of a process its own. ``reconciler`` is a
-    :class:`~runtime.reconcile.Reconciler` or a plain ``async def``.
+    ``name`` labels logs and metrics and names the work queue; it must be unique
+    in the process (a second controller with the same name is rejected with
+    :class:`ValueError`, unless ``options.skip_name_validation``). ``reconciler``
+    is a :class:`~runtime.reconcile.Reconciler` or a plain ``async def``.
     """
 
     needs_leader_election = True
@@ -122,6 +144,14 @@ class Controller:
             if not callable(reconciler):
                 raise TypeError(f"{reconciler!r} is neither a Reconciler nor an async function")
             reconciler = reconcile.Func(reconciler)
+        if not options.skip_name_validation:
+            if name in _used_names:
+                raise ValueError(
+                    f"a controller named {name!r} already exists; names label the metrics "
+                    "and logs and must be unique in a process (Options.skip_name_validation "
+                    "allows a duplicate, for tests)"
+                )
+            _used_names.add(name)
         self.name = name
         self.options = options
         self.reconciler = reconciler
@@ -146,8 +176,9 @@ class Controller:
     async def start(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set, then stop gracefully (see the module docstring).
 
-        Cancelling the task that runs ``start`` stops at once: in-flight
-        reconciles are cancelled, then the cancellation propagates.
+        Cancelling the task that runs ``start`` (also during the graceful stop)
+        stops at once: in-flight reconciles are cancelled and awaited, then the
+        cancellation propagates.
         """
         if self._started:
             raise RuntimeError(f"controller {self.name!r} was already started")

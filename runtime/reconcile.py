@@ -32,9 +32,16 @@ What the outcome of :meth:`Reconciler.reconcile` means:
 - **raises** :class:`TerminalError`: a failure that retrying cannot fix (an
   invalid spec, say). It is logged and counted, and the key is **not** requeued;
   the next change to the object triggers the next attempt. Report it on the
-  object too (a status condition and an Event), since no retry will.
+  object too (a status condition and an Event), since no retry will. A wrapped
+  one counts too (:func:`is_terminal`): as the ``__cause__`` of what is raised
+  (``raise X from terminal``) or inside an exception group (a
+  :class:`asyncio.TaskGroup` of which one task raised it).
 - **takes longer than the controller's reconcile timeout**: cancelled, and
   treated as a transient failure.
+
+Every exception a reconcile raises is one of these outcomes, whatever its type
+(also a :class:`asyncio.CancelledError` from a future someone else cancelled);
+only the cancellation of the worker itself, when the controller stops, is not.
 
 >>> import asyncio
 >>> async def hello(request: Request) -> Result:
@@ -52,7 +59,7 @@ import datetime
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["Func", "Reconciler", "Request", "Result", "TerminalError"]
+__all__ = ["Func", "Reconciler", "Request", "Result", "TerminalError", "is_terminal"]
 
 
 class Request(NamedTuple):
@@ -126,3 +133,33 @@ class TerminalError(Exception):
 
     Chain the cause: ``raise TerminalError("spec.foo is invalid") from exc``.
     """
+
+
+def is_terminal(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or wraps, a :class:`TerminalError` (Go's ``errors.Is``).
+
+    Looks through ``__cause__`` chains and into exception groups, at any depth;
+    ``__context__`` (an exception raised *while handling* another) is not wrapping.
+
+    >>> try:
+    ...     raise RuntimeError("while applying") from TerminalError("spec.x is invalid")
+    ... except RuntimeError as exc:
+    ...     is_terminal(exc), is_terminal(ExceptionGroup("g", [ValueError(), exc]))
+    (True, True)
+    >>> is_terminal(ValueError("transient"))
+    False
+    """
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, TerminalError):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        if current.__cause__ is not None:
+            todo.append(current.__cause__)
+    return False

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["wait_first"]
+__all__ = ["cancel_and_wait", "wait_first"]
 
 
 async def wait_first(*events: asyncio.Event, tasks: Iterable[asyncio.Future[Any]] = ()) -> None:
@@ -22,3 +22,27 @@ async def wait_first(*events: asyncio.Event, tasks: Iterable[asyncio.Future[Any]
         for waiter in waiters:
             waiter.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and return only once every one of them has ended.
+
+    If the caller is cancelled while it waits, the cancellation is passed on to
+    the tasks still running (one may have swallowed the first) and re-raised once
+    they have all ended: whatever happens, nothing in ``tasks`` runs after this
+    returns or raises. Their results and exceptions are left for the caller.
+    """
+    pending = {task for task in tasks if not task.done()}
+    for task in pending:
+        task.cancel()
+    interrupted: asyncio.CancelledError | None = None
+    while pending:
+        try:
+            await asyncio.wait(pending)
+        except asyncio.CancelledError as exc:
+            interrupted = interrupted or exc
+            for task in pending:
+                task.cancel()
+        pending = {task for task in pending if not task.done()}
+    if interrupted is not None:
+        raise interrupted

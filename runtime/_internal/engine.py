@@ -3,15 +3,22 @@
 Private; :mod:`runtime.controller` validates options and builds it. The four-way
 switch in :meth:`Engine.handle` is the heart:
 
-==========================  ==============================================  ================
-outcome                     queue operation                                 ``result`` label
-==========================  ==============================================  ================
-raises an exception         ``add_rate_limited`` (backoff grows)            ``error``
-raises ``TerminalError``    ``forget``, no requeue; terminal errors counted ``error``
-exceeds the timeout         ``add_rate_limited``                            ``error``
-``Result(requeue_after=d)`` ``forget``, then ``add_after(d)``               ``requeue_after``
-``Result()`` / ``None``     ``forget``                                      ``success``
-==========================  ==============================================  ================
+==============================  ===========================================  =================
+outcome                         queue operation                              ``result`` label
+==============================  ===========================================  =================
+raises (anything)               ``add_rate_limited`` (backoff grows)         ``error``
+raises/wraps ``TerminalError``  ``forget``, no requeue; counted as terminal  ``error``
+exceeds the timeout             ``add_rate_limited``                         ``error``
+``Result(requeue_after=d)``     ``forget``, then ``add_after(d)``            ``requeue_after``
+``Result()`` / ``None``         ``forget``                                   ``success``
+==============================  ===========================================  =================
+
+"Raises (anything)" includes a :class:`asyncio.CancelledError` that is not the
+cancellation of the worker itself (``Task.cancelling()`` is zero: a future the
+reconciler awaited was cancelled by someone else). A queue key that is not a
+:class:`~runtime.reconcile.Request` is logged and dropped. Anything else that ends
+a worker is an engine bug: :meth:`Engine.run` stops the other workers and raises.
+Whatever way :meth:`Engine.run` ends, no task it made is left running.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from structlog import contextvars as log_context
 
 from runtime import metrics, reconcile
 from runtime import source as source_
+from runtime._internal import aio
 from runtime.workqueue import queue as queue_
 from runtime.workqueue import ratelimiting
 
@@ -115,21 +123,51 @@ class Engine:
         _max.gauge(name).set(workers)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Start sources, wait for their caches, run workers until ``stop`` is set."""
-        for src in self.sources:
-            await src.start(self.queue)
+        """Start sources, wait for their caches, run workers until ``stop`` is set.
+
+        Returns once stopped (also when ``stop`` is set while the caches are still
+        syncing); raises :class:`TimeoutError` if they do not sync in time, and
+        :class:`RuntimeError` if a worker fails (an engine bug, never a reconcile's
+        failure). Cancelling it cancels the in-flight reconciles. However it ends,
+        the queue is shut down and every task the engine made has ended.
+        """
+        try:
+            for src in self.sources:
+                await src.start(self.queue)
+            if not await self._wait_for_sync(stop):
+                self.log.info("stopped while waiting for caches to sync")
+                return
+            await self._run_workers(stop)
+        finally:
+            self.queue.shutdown()
+
+    async def _wait_for_sync(self, stop: asyncio.Event) -> bool:
+        """Wait for every syncing source; False when ``stop`` came first."""
         syncing = [s for s in self.sources if isinstance(s, source_.SyncingSource)]
-        if syncing:
-            try:
-                async with asyncio.timeout(self.cache_sync_timeout):
-                    await asyncio.gather(*(s.wait_for_sync() for s in syncing))
-            except TimeoutError:
-                self.queue.shutdown()
-                raise TimeoutError(
-                    f"controller {self.name!r}: caches did not sync within "
-                    f"{self.cache_sync_timeout} s"
-                ) from None
-        tasks = []
+        if not syncing:
+            return not stop.is_set()
+        sync = asyncio.create_task(_sync_all(syncing), name=f"{self.name}-cache-sync")
+        timed_out = False
+        try:
+            async with asyncio.timeout(self.cache_sync_timeout):
+                await aio.wait_first(stop, tasks=[sync])
+        except TimeoutError:
+            timed_out = not sync.done()
+        finally:
+            await aio.cancel_and_wait([sync])
+        if stop.is_set():
+            return False
+        if timed_out:
+            raise TimeoutError(
+                f"controller {self.name!r}: caches did not sync within {self.cache_sync_timeout} s"
+            )
+        if sync.cancelled():
+            raise RuntimeError(f"controller {self.name!r}: waiting for cache sync was cancelled")
+        sync.result()  # a source whose wait_for_sync failed fails the start
+        return True
+
+    async def _run_workers(self, stop: asyncio.Event) -> None:
+        tasks: list[asyncio.Task[None]] = []
         for i in range(self.workers):
             slot = _Slot()
             slot.task = asyncio.create_task(self._worker(slot), name=f"{self.name}-worker-{i}")
@@ -142,23 +180,25 @@ class Engine:
         )
         self.log.info("starting workers", worker_count=self.workers)
         try:
-            await self._serve(stop, tasks)
+            await aio.wait_first(stop, tasks=tasks)
+            ended = [task for task in tasks if task.done()]
+            if ended:  # workers end only when the queue is shut down: an engine bug
+                self.queue.shutdown()
+                await aio.cancel_and_wait(tasks)
+                self._raise_if_failed(tasks)
+                if not stop.is_set():
+                    raise RuntimeError(
+                        f"controller {self.name!r}: worker {ended[0].get_name()!r} ended "
+                        "before stop (was its queue shut down?)"
+                    )
+            else:
+                await self._stop_workers(tasks)
+                self._raise_if_failed(tasks)
         finally:
-            if watchdog is not None:
-                watchdog.cancel()
-                await asyncio.gather(watchdog, return_exceptions=True)
-            self._slots.clear()
-
-    async def _serve(self, stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
-        try:
-            await stop.wait()
-        except asyncio.CancelledError:
+            # Also on cancellation, wherever it arrives: nothing may outlive run().
             self.queue.shutdown()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        await self._stop_workers(tasks)
+            await aio.cancel_and_wait([*tasks, *([watchdog] if watchdog is not None else [])])
+            self._slots.clear()
 
     async def _stop_workers(self, tasks: list[asyncio.Task[None]]) -> None:
         self.log.info("stopping; waiting for in-flight reconciles", in_flight=self.queue.processing)
@@ -170,10 +210,17 @@ class Engine:
                 cancelled=len(pending),
                 timeout_seconds=self.graceful_shutdown_timeout,
             )
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await aio.cancel_and_wait(pending)
         self.log.info("all workers finished")
+
+    def _raise_if_failed(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Raise if a worker raised: that is an engine bug, never a reconcile's failure."""
+        failures = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+        errors = [exc for exc in failures if exc is not None]
+        for exc in errors:
+            self.log.error("worker failed; stopping the controller", exc_info=exc)
+        if errors:
+            raise RuntimeError(f"controller {self.name!r}: a worker failed") from errors[0]
 
     async def _watchdog(self) -> None:
         """Cancel reconciles that outlive ``reconcile_timeout``.
@@ -212,8 +259,17 @@ class Engine:
             await asyncio.sleep(0)
 
     async def handle(self, request: reconcile.Request, slot: _Slot) -> None:
-        """Reconcile ``request`` once and apply the outcome to the queue."""
+        """Reconcile ``request`` once and apply the outcome to the queue.
+
+        Whatever the reconcile raises is its outcome (a failure), except the
+        cancellation of this worker (a stop), which propagates.
+        """
         queue = self.queue
+        if not isinstance(request, reconcile.Request):
+            # A handler or map function enqueued something else; retrying cannot help.
+            queue.forget(request)
+            self.log.error("queue key is not a Request; dropped", key=repr(request))
+            return
         self._active.value += 1
         started = time.monotonic()
         reconcile_id = f"{self._id_prefix}-{next(self._ids)}"
@@ -225,23 +281,24 @@ class Engine:
         )
         try:
             result = await self._call(request, slot, started)
-        except reconcile.TerminalError as exc:
-            queue.forget(request)
-            self._terminal.value += 1
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) and slot.task.cancelling():
+                raise  # this worker is being stopped
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
             self._errors.value += 1
             self._results["error"].value += 1
-            self.log.error("terminal reconcile error; not requeued", exc_info=exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            queue.add_rate_limited(request)
-            self._errors.value += 1
-            self._results["error"].value += 1
-            self.log.error(
-                "reconcile failed; requeued with backoff",
-                exc_info=exc,
-                requeues=queue.num_requeues(request),
-            )
+            if reconcile.is_terminal(exc):
+                queue.forget(request)
+                self._terminal.value += 1
+                self.log.error("terminal reconcile error; not requeued", exc_info=exc)
+            else:
+                queue.add_rate_limited(request)
+                self.log.error(
+                    "reconcile failed; requeued with backoff",
+                    exc_info=exc,
+                    requeues=queue.num_requeues(request),
+                )
         else:
             queue.forget(request)
             if result.requeue_after is not None:
@@ -263,7 +320,7 @@ class Engine:
             result = await self.reconciler.reconcile(request)
         except asyncio.CancelledError:
             if not slot.timed_out:
-                raise  # a stop, not our timeout
+                raise  # a stop, or a cancellation the reconciler let escape (see handle)
             result = None  # reported below
         finally:
             slot.started = None
@@ -277,6 +334,12 @@ class Engine:
                 f"{self.reconciler!r}.reconcile returned {result!r}; expected a Result (or None)"
             )
         return result
+
+
+async def _sync_all(sources: list[source_.SyncingSource]) -> None:
+    async with asyncio.TaskGroup() as group:
+        for src in sources:
+            group.create_task(src.wait_for_sync())
 
 
 class _Slot:

@@ -11,6 +11,9 @@ Contract (client-go's delaying queue):
   applies (it collapses with a pending add, waits for a worker holding it, ...).
 - One timer, armed for the earliest ready time on the clock's ``call_later``, does
   the waking; there is no polling loop and no background task.
+- Memory is bounded by the number of waiting keys: bringing a key forward leaves
+  its old heap entry behind, and the heap is rebuilt without them once they
+  outnumber the waiting keys (plus a small slack).
 - After shutdown, ``add_after`` is ignored and waiting keys are dropped.
 - Each ``add_after`` counts one ``workqueue_retries_total`` for a named queue.
 
@@ -35,6 +38,9 @@ from runtime import clock as clock_
 from runtime.workqueue import queue
 
 __all__ = ["DelayingQueue"]
+
+# Stale heap entries tolerated beyond one per waiting key before the heap is rebuilt.
+_SLACK = 64
 
 T = TypeVar("T", bound=Hashable)
 
@@ -71,7 +77,10 @@ class DelayingQueue(queue.Queue[T]):
             return
         seq = next(self._seq)
         self._ready_at[item] = (ready, seq)
-        heapq.heappush(self._heap, (ready, seq, item))
+        heap = self._heap
+        heapq.heappush(heap, (ready, seq, item))
+        if current is not None and len(heap) > 2 * len(self._ready_at) + _SLACK:
+            self._compact()
         if ready < self._timer_at:
             self._arm(ready)
 
@@ -83,6 +92,11 @@ class DelayingQueue(queue.Queue[T]):
         self._timer_at = float("inf")
         self._heap.clear()
         self._ready_at.clear()
+
+    def _compact(self) -> None:
+        """Drop the stale entries left by keys brought forward (amortised O(1) per add)."""
+        self._heap = [(ready, seq, item) for item, (ready, seq) in self._ready_at.items()]
+        heapq.heapify(self._heap)
 
     def _arm(self, when: float) -> None:
         if self._timer is not None:

@@ -16,8 +16,8 @@ Rules, which are the contract:
 3. :meth:`Queue.get` hands out keys in FIFO order and waits while the queue is
    empty. After :meth:`Queue.shutdown` it still hands out what is queued, then
    raises :class:`ShutDown`.
-4. After shutdown, adds are ignored. :meth:`Queue.shutdown_with_drain` also waits
-   until every key handed out has been marked done.
+4. After shutdown, adds are ignored. Waiting for the keys being processed to be
+   done is the caller's business (a controller waits for its workers).
 
 Every key that :meth:`Queue.get` returns must be passed to :meth:`Queue.done`,
 also when processing fails. The queue belongs to one event loop and is not
@@ -76,7 +76,6 @@ class Queue(Generic[T]):
         self._processing: dict[T, float] = {}
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._shutting_down = False
-        self._drained: asyncio.Event | None = None
         # Metrics keep their timestamps beside the keys, so timing costs no extra lookups:
         # when each queued key was added (in step with _queue), and adds of keys that
         # were being processed at the time.
@@ -158,8 +157,6 @@ class Queue(Generic[T]):
             self._queue.append(item)
             if self._waiters:
                 self._wake_one()
-        elif not self._processing and self._drained is not None:
-            self._drained.set()
 
     def shutdown(self) -> None:
         """Ignore further adds; wake every waiting :meth:`get` (they raise once empty)."""
@@ -168,15 +165,6 @@ class Queue(Generic[T]):
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-
-    async def shutdown_with_drain(self) -> None:
-        """:meth:`shutdown`, then wait until every key handed out is done."""
-        self.shutdown()
-        if not self._processing:
-            return
-        if self._drained is None:
-            self._drained = asyncio.Event()
-        await self._drained.wait()
 
     async def _wait(self) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()

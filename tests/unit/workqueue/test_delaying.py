@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from runtime.testing import clock as fake
 from runtime.workqueue import delaying
 
@@ -86,3 +91,60 @@ async def test_real_clock_fires_without_polling() -> None:
     assert len(q) == 0
     assert await q.get() == "x"
     q.done("x")
+
+
+async def test_bringing_keys_forward_leaves_no_pile_of_stale_entries() -> None:
+    clock = fake.FakeClock()
+    q: delaying.DelayingQueue[int] = delaying.DelayingQueue(clock=clock)
+    for key in range(100):
+        for step in range(100):
+            q.add_after(key, 10_000 - step)  # each call brings the key forward
+    assert q.waiting == 100
+    assert len(q._heap) <= 2 * q.waiting + 64, "the heap must not grow with every bring-forward"
+    clock.advance(10_000 - 99)
+    assert sorted(await drain(q)) == list(range(100))
+    assert q.waiting == 0
+    clock.advance(10_000)
+    assert await drain(q) == [], "no stale entry fires"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("add_after"), st.integers(0, 5), st.integers(-1, 20)),
+            st.tuples(st.just("advance"), st.just(0), st.integers(0, 10)),
+        ),
+        max_size=80,
+    )
+)
+def test_matches_a_reference_model(ops: list[tuple[str, int, int]]) -> None:
+    """Against a dict of ready times: the earliest wins, each key fires once, in time order."""
+
+    async def run() -> None:
+        clock = fake.FakeClock()
+        q: delaying.DelayingQueue[int] = delaying.DelayingQueue(clock=clock)
+        ready_at: dict[int, float] = {}
+        queued: list[int] = []
+        for op, key, arg in ops:
+            if op == "add_after":
+                q.add_after(key, arg)
+                if arg <= 0:
+                    if key not in queued:
+                        queued.append(key)
+                else:
+                    ready_at[key] = min(ready_at.get(key, float("inf")), clock.now() + arg)
+            else:
+                clock.advance(arg)
+                due = sorted((t, k) for k, t in ready_at.items() if t <= clock.now())
+                for _, k in due:
+                    del ready_at[k]
+                    if k not in queued:
+                        queued.append(k)
+            assert q.waiting == len(ready_at)
+            assert len(q) == len(queued)
+            assert len(q._heap) <= 2 * q.waiting + 64
+        got = await drain(q)
+        assert sorted(got) == sorted(queued)
+
+    asyncio.run(run())

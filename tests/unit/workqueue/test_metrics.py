@@ -10,7 +10,7 @@ _names = itertools.count()
 
 
 def sample(name: str, queue: str, suffix: str = "") -> float | None:
-    return metrics.registry.get_sample_value(name + suffix, {"name": queue})
+    return metrics.registry.get_sample_value(name + suffix, {"controller": queue, "name": queue})
 
 
 async def test_named_queue_reports_client_go_series() -> None:
@@ -45,13 +45,13 @@ async def test_histogram_buckets_are_client_gos() -> None:
     q.add("a")
     clock.advance(0.5)
     await q.get()
-    le = {"name": name, "le": "1.0"}
-    below = {"name": name, "le": "0.1"}
+    le = {"controller": name, "name": name, "le": "1.0"}
+    below = {"controller": name, "name": name, "le": "0.1"}
     bucket = "workqueue_queue_duration_seconds_bucket"
     assert metrics.registry.get_sample_value(bucket, le) == 1
     assert metrics.registry.get_sample_value(bucket, below) == 0
-    assert metrics.registry.get_sample_value(bucket, {"name": name, "le": "1e-08"}) == 0
-    assert metrics.registry.get_sample_value(bucket, {"name": name, "le": "+Inf"}) == 1
+    assert metrics.registry.get_sample_value(bucket, {**le, "le": "1e-08"}) == 0
+    assert metrics.registry.get_sample_value(bucket, {**le, "le": "+Inf"}) == 1
     q.done("a")
 
 
@@ -80,4 +80,16 @@ async def test_re_add_while_processing_measures_latency_from_the_re_add() -> Non
     await q.get()
     assert sample("workqueue_queue_duration_seconds", name, "_sum") == 2  # 0 for the first get
     assert sample("workqueue_depth", name) == 0
+    q.done("a")
+
+
+async def test_series_carry_controller_and_name_labels_like_controller_runtime() -> None:
+    name = f"metrics-test-{next(_names)}"
+    q: ratelimiting.RateLimitingQueue[str] = ratelimiting.RateLimitingQueue(name)
+    q.add("a")
+    labels = {"controller": name, "name": name}
+    assert metrics.registry.get_sample_value("workqueue_adds_total", labels) == 1
+    assert metrics.registry.get_sample_value("workqueue_depth", labels) == 1
+    await q.get()
+    assert metrics.registry.get_sample_value("workqueue_queue_duration_seconds_count", labels) == 1
     q.done("a")
