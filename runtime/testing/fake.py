@@ -1,28 +1,85 @@
-"""An in-memory API server for unit tests, with the semantics reconcilers depend on.
+"""An in-memory API server for unit tests, answering the way kube-apiserver does.
 
 :class:`FakeClient` has the verbs of :class:`runtime.client.Client` (get, list,
 create, update, update_status, patch with merge patches, delete, watch) and
-keeps what makes controllers correct or wrong against a real server:
+keeps what makes controllers correct or wrong against a real server. Each rule
+below is checked against a real kube-apiserver by
+``tests/integration/test_fake_vs_apiserver.py``.
+
+Versions and conflicts:
 
 - every change bumps a global ``resourceVersion``; a no-op write does not;
 - a write carrying a stale ``metadata.resourceVersion`` gets
   :class:`~runtime.client.errors.Conflict` (409); a create of an existing name
-  :class:`~runtime.client.errors.AlreadyExists`;
-- the **status subresource** is separate: ``update`` ignores ``status``,
-  ``update_status`` changes only ``status``, and a create drops ``status``;
-- ``metadata.generation`` starts at 1 and moves only when the spec (anything
-  but metadata and status) changes;
-- a delete of an object with finalizers only sets ``deletionTimestamp``; it goes
-  away once an update empties its finalizers;
-- watches get ADDED/MODIFIED/DELETED events after the resourceVersion they ask
-  for (and BOOKMARKs on :meth:`FakeClient.bookmark`); :meth:`FakeClient.compact`
-  makes older resourceVersions answer :class:`~runtime.client.errors.Gone`;
-- every call is recorded in :attr:`FakeClient.calls` as ``(verb, resource, subresource)``
-  so tests can count writes; returned objects are copies, as from a real server.
+  :class:`~runtime.client.errors.AlreadyExists`; a create that carries a
+  ``resourceVersion`` other than ``"0"`` is refused (500, as the server's storage
+  layer does);
+- an update **without** ``resourceVersion`` is refused with
+  :class:`~runtime.client.errors.Invalid` (422, "must be specified for an update")
+  for custom resources (and Leases, CRDs, PodDisruptionBudgets); other built-in
+  kinds accept it as an unconditional write.
+
+What each kind has (see :func:`traits`):
+
+- **custom resources** (a group that is not a built-in one) are assumed to have a
+  status subresource and get a ``generation``;
+- built-in kinds have what kube-apiserver gives them: Pods, Deployments,
+  ReplicaSets, Jobs, Ingresses, CRDs... have both; Services, Namespaces and
+  Nodes have a status subresource but no generation; EndpointSlices a
+  generation but no status; ConfigMaps, Secrets, Events, Leases, RBAC objects
+  neither;
+- where there is a **status subresource**, ``update`` ignores ``status``,
+  ``update_status`` (and a patch of ``status``) changes only ``status``, and a
+  create drops it; where there is none, ``status`` is dropped from every write
+  and a ``/status`` write answers :class:`~runtime.client.errors.NotFound` (404);
+- where there is a **generation**, ``metadata.generation`` starts at 1 and moves
+  when the spec (anything but metadata and status) changes, and when a delete
+  sets ``deletionTimestamp``; elsewhere it is absent.
+
+Namespaces and deletion:
+
+- a namespaced create into a namespace that does not exist answers
+  :class:`~runtime.client.errors.NotFound` (404). ``default``, ``kube-system``,
+  ``kube-public`` and ``kube-node-lease`` exist from the start; add more with
+  ``FakeClient(namespaces=[...])``, :meth:`FakeClient.add_namespaces` or by
+  creating Namespace objects. Deleting a namespace removes it and everything in
+  it at once (a real server goes through ``Terminating`` first);
+- a delete of an object with finalizers sets ``deletionTimestamp`` (and
+  ``deletionGracePeriodSeconds: 0``, and bumps ``generation``) and answers the
+  object (and no finalizer may be added from then on: 422); the update (or
+  patch) that removes the last finalizer deletes it: the
+  watch sees one DELETED event, and the answer is the object as written, at the
+  resourceVersion it was sent with (and, like every stored object, without empty
+  ``finalizers``, ``labels``, ``annotations`` or ``ownerReferences``);
+- a delete that removes the object answers a ``Status`` (``kind: Status``,
+  ``details`` naming it), except for Pods, Services, Namespaces and
+  ServiceAccounts, whose deletes answer the deleted object. Pods are deleted at
+  once (there is no kubelet to honour a grace period).
+
+Watches:
+
+- without a ``resourceVersion`` (or with ``"0"``), a watch starts with an ADDED
+  event for each existing object, then streams changes; with one, it streams the
+  changes after it (and BOOKMARKs on :meth:`FakeClient.bookmark`);
+- with a label selector, an object that stops matching arrives as DELETED and
+  one that starts matching as ADDED;
+- :meth:`FakeClient.compact` compacts at the current resourceVersion R, as etcd
+  does: changes before R are forgotten, so a **new** watch that would replay one
+  (from a resourceVersion below R - 1) answers :class:`~runtime.client.errors.Gone`
+  (410), while open watches keep streaming; :meth:`FakeClient.expire_watches`
+  ends the open watches with a 410 ERROR event (as a server does when a watcher
+  falls too far behind).
+
+Write observers (:meth:`FakeClient.add_write_observer`) are called with the answer
+of every successful create, update and patch (status included), as
+:class:`runtime.client.Client` does; deletes are not observed. Every call is
+recorded in :attr:`FakeClient.calls` as ``(verb, resource, subresource)`` so tests
+can count writes; returned objects are copies, as from a real server.
 
 It is for unit tests only: integration tests use the real control plane
 (:mod:`runtime.testing.controlplane`). Not covered: field selectors, strategic
-and server-side-apply patches, admission, validation.
+and server-side-apply patches, admission webhooks, schema validation, defaulting
+(a Pod gets no ``status.phase``), garbage collection of owned objects.
 """
 
 from __future__ import annotations
@@ -30,20 +87,98 @@ from __future__ import annotations
 import asyncio
 import builtins
 import copy
+import dataclasses
 import datetime
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 from runtime.cache import selector as selector_
 from runtime.client import client as client_
 from runtime.client import errors, resources
 
-__all__ = ["FakeClient", "merge_patch"]
+__all__ = ["FakeClient", "Traits", "merge_patch", "traits"]
 
 Obj = dict[str, Any]
 _NOT_SPEC = frozenset({"metadata", "status", "apiVersion", "kind"})
+_SYSTEM_FIELDS = (
+    "uid", "creationTimestamp", "generation", "namespace", "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)  # fmt: skip
+_NAMESPACES = resources.Resource("", "v1", "Namespace", "namespaces", namespaced=False)
+_INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+_BUILTIN_GROUPS = frozenset({
+    "", "apps", "batch", "autoscaling", "policy", "admissionregistration.k8s.io",
+    "apiextensions.k8s.io", "apiregistration.k8s.io", "authentication.k8s.io",
+    "authorization.k8s.io", "certificates.k8s.io", "coordination.k8s.io",
+    "discovery.k8s.io", "events.k8s.io", "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io", "networking.k8s.io", "node.k8s.io",
+    "rbac.authorization.k8s.io", "resource.k8s.io", "scheduling.k8s.io",
+    "storage.k8s.io", "storagemigration.k8s.io",
+})  # fmt: skip
+# From kube-apiserver's registry (pkg/registry/*/strategy.go and storage.go), v1.35.
+_WITH_STATUS = frozenset({
+    ("", "Pod"), ("", "Service"), ("", "Namespace"), ("", "Node"),
+    ("", "PersistentVolume"), ("", "PersistentVolumeClaim"), ("", "ReplicationController"),
+    ("", "ResourceQuota"), ("apps", "Deployment"), ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"), ("apps", "DaemonSet"), ("batch", "Job"), ("batch", "CronJob"),
+    ("autoscaling", "HorizontalPodAutoscaler"), ("policy", "PodDisruptionBudget"),
+    ("networking.k8s.io", "Ingress"), ("apiextensions.k8s.io", "CustomResourceDefinition"),
+})  # fmt: skip
+_WITH_GENERATION = frozenset({
+    ("", "Pod"), ("", "PodTemplate"), ("", "ReplicationController"), ("apps", "Deployment"),
+    ("apps", "ReplicaSet"), ("apps", "StatefulSet"), ("apps", "DaemonSet"),
+    ("batch", "Job"), ("batch", "CronJob"), ("policy", "PodDisruptionBudget"),
+    ("discovery.k8s.io", "EndpointSlice"), ("networking.k8s.io", "Ingress"),
+    ("networking.k8s.io", "IngressClass"), ("networking.k8s.io", "NetworkPolicy"),
+    ("scheduling.k8s.io", "PriorityClass"), ("apiextensions.k8s.io", "CustomResourceDefinition"),
+})  # fmt: skip
+_CONDITIONAL_UPDATE_ONLY = frozenset({
+    ("coordination.k8s.io", "Lease"), ("policy", "PodDisruptionBudget"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+})  # fmt: skip
+_DELETE_ANSWERS_OBJECT = frozenset({
+    ("", "Pod"), ("", "Service"), ("", "Namespace"), ("", "ServiceAccount"),
+    ("", "PersistentVolume"), ("", "PersistentVolumeClaim"), ("", "PodTemplate"),
+    ("", "ResourceQuota"),
+})  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Traits:
+    """How kube-apiserver serves a kind, as far as the fake client models it."""
+
+    status_subresource: bool
+    """``/status`` is served, and main-resource writes ignore ``status``."""
+    generation: bool
+    """``metadata.generation`` is kept (1 on create, +1 on spec changes and deletion)."""
+    unconditional_update: bool
+    """An update without ``resourceVersion`` is accepted (else 422)."""
+    delete_answers_object: bool
+    """A delete that removes the object answers the object (else a ``Status``)."""
+
+
+def traits(resource: resources.Resource) -> Traits:
+    """What the fake client assumes of ``resource``: a custom resource (a group that is
+    not a built-in one) has a status subresource and a generation and refuses
+    unconditional updates; a built-in kind has what kube-apiserver gives it.
+
+    >>> traits(resources.default_registry.for_kind("v1", "ConfigMap")).generation
+    False
+    >>> traits(resources.Resource("ray.io", "v1", "RayService", "rayservices"))
+    Traits(status_subresource=True, generation=True, unconditional_update=False, delete_answers_object=False)
+    """  # noqa: E501
+    if resource.group not in _BUILTIN_GROUPS:
+        return Traits(True, True, False, False)
+    key = (resource.group, resource.kind)
+    return Traits(
+        key in _WITH_STATUS,
+        key in _WITH_GENERATION,
+        key not in _CONDITIONAL_UPDATE_ONLY,
+        key in _DELETE_ANSWERS_OBJECT,
+    )
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -63,25 +198,41 @@ def _spec(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in _NOT_SPEC}
 
 
+def _drop_empty_metadata(obj: Obj) -> None:
+    """The server stores no empty labels, annotations, finalizers or owner references."""
+    meta = obj["metadata"]
+    for field in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if field in meta and not meta[field]:
+            del meta[field]
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeClient:
-    """See the module docstring."""
+_Change = tuple[str, Obj, Obj | None]
+"""A queued watch event: (type, object, the object before a MODIFIED)."""
 
-    def __init__(self, registry: resources.Registry | None = None) -> None:
+
+class FakeClient:
+    """See the module docstring. ``namespaces`` are created (besides ``default`` and the
+    ``kube-*`` ones) before anything else."""
+
+    def __init__(
+        self, registry: resources.Registry | None = None, *, namespaces: Iterable[str] = ()
+    ) -> None:
         self.registry = registry or resources.default_registry.copy()
         self.calls: list[tuple[str, str, str]] = []
         self._objects: dict[tuple[resources.Resource, str], Obj] = {}
         self._rv = itertools.count(1)
         self._last_rv = 0
-        self._history: list[tuple[int, resources.Resource, Obj]] = []
+        self._history: list[tuple[int, resources.Resource, _Change]] = []
         self._compacted = 0
-        self._watchers: list[tuple[resources.Resource, str | None, asyncio.Queue[Obj]]] = []
+        self._watchers: list[tuple[resources.Resource, str | None, asyncio.Queue[_Change]]] = []
         self._write_observers: list[Callable[[Obj], None]] = []
         self.fail_next: dict[str, BaseException] = {}
         """Errors to raise on the next call of a verb: ``{"update_status": Conflict(...)}``."""
+        self.add_namespaces(*_INITIAL_NAMESPACES, *namespaces)
 
     # -- the Client surface ------------------------------------------------------------------
 
@@ -123,9 +274,12 @@ class FakeClient:
         selector = selector_.parse(label_selector or "")
         items = [
             copy.deepcopy(obj)
-            for (res, key), obj in sorted(self._objects.items(), key=lambda kv: kv[0][1])
-            if res == resource
-            and (not namespace or obj["metadata"].get("namespace") == namespace)
+            for obj in self._current(resource)
+            if (
+                not namespace
+                or not resource.namespaced
+                or obj["metadata"].get("namespace") == namespace
+            )
             and selector.matches(obj["metadata"].get("labels"))
         ]
         return client_.ListResult(items, str(self._last_rv))
@@ -137,23 +291,26 @@ class FakeClient:
         meta = obj.setdefault("metadata", {})
         if resource.namespaced:
             meta["namespace"] = namespace or meta.get("namespace") or "default"
+            if self._objects.get(self._key(_NAMESPACES, None, meta["namespace"])) is None:
+                raise errors.NotFound(
+                    404, "NotFound", f'namespaces "{meta["namespace"]}" not found'
+                )
+        else:
+            meta.pop("namespace", None)
         if not meta.get("name"):
             if not meta.get("generateName"):
                 raise errors.Invalid(422, "Invalid", "metadata.name: Required value")
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if str(meta.get("resourceVersion") or "0").lstrip("0").isdigit():
+            raise errors.ServerError(
+                500, "", "resourceVersion should not be set on objects to be created"
+            )
         key = self._key(resource, meta.get("namespace"), meta["name"])
         if key in self._objects:
             raise errors.AlreadyExists(
                 409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists'
             )
-        obj.pop("status", None)
-        meta.update(
-            uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1,
-            resourceVersion=self._bump(),
-        )  # fmt: skip
-        meta.pop("deletionTimestamp", None)
-        self._objects[key] = obj
-        self._emit("ADDED", resource, obj)
+        self._insert(resource, key, obj)
         return self._written(obj)
 
     async def update(self, obj: Obj, *, subresource: str | None = None) -> Obj:
@@ -163,27 +320,20 @@ class FakeClient:
         self._record("update", resource)
         current = self._check_write(resource, obj)
         new = copy.deepcopy(obj)
-        new["status"] = copy.deepcopy(current.get("status"))
-        if new["status"] is None:
-            del new["status"]
-        meta = new["metadata"]
-        for field in ("uid", "creationTimestamp", "generation", "namespace", "deletionTimestamp"):
-            if field in current["metadata"]:
-                meta[field] = current["metadata"][field]
-        if _spec(new) != _spec(current):
-            meta["generation"] = current["metadata"].get("generation", 1) + 1
-        return self._store(resource, current, new)
+        self._keep_system_fields(resource, current, new)
+        return self._written(self._commit(resource, current, new))
 
     async def update_status(self, obj: Obj) -> Obj:
         resource = self.resource_for(obj)
         self._record("update", resource, "status")
+        self._check_status_subresource(resource)
         current = self._check_write(resource, obj)
         new = copy.deepcopy(current)
         if obj.get("status") is None:
             new.pop("status", None)
         else:
             new["status"] = copy.deepcopy(obj["status"])
-        return self._store(resource, current, new)
+        return self._written(self._commit(resource, current, new))
 
     async def patch(
         self,
@@ -199,6 +349,8 @@ class FakeClient:
         self._record("patch", resource, subresource or "")
         if patch_type != "merge":
             raise NotImplementedError(f"the fake client supports merge patches, not {patch_type}")
+        if subresource == "status":
+            self._check_status_subresource(resource)
         current = self._find(resource, namespace, name)
         patched = merge_patch(current, patch)
         wanted_rv = (patch.get("metadata") or {}).get("resourceVersion")
@@ -208,13 +360,11 @@ class FakeClient:
         if subresource == "status":
             new = copy.deepcopy(current)
             new["status"] = patched.get("status")
-            return self._store(resource, current, new)
-        patched["status"] = copy.deepcopy(current.get("status"))
-        if patched["status"] is None:
-            del patched["status"]
-        if _spec(patched) != _spec(current):
-            patched["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
-        return self._store(resource, current, patched)
+            if new["status"] is None:
+                del new["status"]
+            return self._written(self._commit(resource, current, new))
+        self._keep_system_fields(resource, current, patched)
+        return self._written(self._commit(resource, current, patched))
 
     async def delete(
         self,
@@ -234,13 +384,28 @@ class FakeClient:
         if resource_version and current["metadata"]["resourceVersion"] != resource_version:
             raise self._conflict(resource, name)
         if current["metadata"].get("finalizers"):
-            if not current["metadata"].get("deletionTimestamp"):
-                new = copy.deepcopy(current)
-                new["metadata"]["deletionTimestamp"] = _now()
-                return self._store(resource, current, new)
-            return copy.deepcopy(current)
-        self._remove(resource, current)
-        return copy.deepcopy(current)
+            if current["metadata"].get("deletionTimestamp"):
+                return copy.deepcopy(current)
+            new = copy.deepcopy(current)
+            meta = new["metadata"]
+            meta["deletionTimestamp"] = _now()
+            meta["deletionGracePeriodSeconds"] = 0
+            if meta.get("generation"):
+                meta["generation"] += 1
+            return self._commit(resource, current, new)
+        if resource == _NAMESPACES:
+            for res, obj in builtins.list(self._objects.items()):
+                if res[0].namespaced and obj["metadata"].get("namespace") == name:
+                    self._remove(res[0], obj)
+        gone = self._remove(resource, current)
+        if traits(resource).delete_answers_object:
+            return gone
+        details = {"name": name, "group": resource.group, "kind": resource.plural,
+                   "uid": current["metadata"]["uid"]}  # fmt: skip
+        if not resource.group:
+            del details["group"]
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": details}  # fmt: skip
 
     async def watch(
         self,
@@ -253,40 +418,50 @@ class FakeClient:
         field_selector: str | None = None,
         allow_bookmarks: bool = True,
         send_initial_events: bool = False,
-    ) -> AsyncIterator[Obj]:
+    ) -> AsyncGenerator[Obj, None]:
         self._record("watch", resource)
-        since = int(resource_version or self._last_rv)
-        if since < self._compacted:
-            raise errors.Gone(410, "Expired", "too old resource version")
-        queue: asyncio.Queue[Obj] = asyncio.Queue()
-        if send_initial_events:  # WatchList: the current state, then the end-of-initial bookmark
-            for (res, _), obj in sorted(self._objects.items(), key=lambda kv: kv[0][1]):
-                if res == resource:
-                    queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(obj)})
-            queue.put_nowait(
-                {"type": "BOOKMARK", "object": {"metadata": {
-                    "resourceVersion": str(self._last_rv),
-                    "annotations": {"k8s.io/initial-events-end": "true"}}}}
-            )  # fmt: skip
-        for rv, res, event in self._history:
-            if rv > since and res == resource and not send_initial_events:
-                queue.put_nowait(copy.deepcopy(event))
+        if field_selector:
+            raise NotImplementedError("the fake client does not support field selectors")
+        selector = selector_.parse(label_selector or "")
+        queue: asyncio.Queue[_Change] = asyncio.Queue()
+        if send_initial_events or resource_version in (None, "", "0"):
+            for obj in self._current(resource):
+                queue.put_nowait(("ADDED", copy.deepcopy(obj), None))
+            if send_initial_events:  # WatchList: the end-of-initial-events bookmark
+                queue.put_nowait(self._bookmark(resource, initial_events_end=True))
+        else:
+            since = int(resource_version)
+            if since + 1 < self._compacted:  # its next change is forgotten
+                raise errors.Gone(410, "Expired", "too old resource version")
+            for rv, res, change in self._history:
+                if rv > since and res == resource:
+                    queue.put_nowait(copy.deepcopy(change))
         entry = (resource, namespace, queue)
         self._watchers.append(entry)
-        selector = selector_.parse(label_selector or "")
         try:
             async with asyncio.timeout(timeout_seconds):
                 while True:
-                    event = await queue.get()
-                    meta = event["object"]["metadata"]
-                    if event["type"] == "ERROR":
-                        status = event["object"]
-                        raise errors.from_status(status.get("code", 500), status)
-                    if namespace and meta.get("namespace") not in (namespace, None):
+                    kind, obj, old = await queue.get()
+                    if kind == "ERROR":
+                        raise errors.from_status(obj.get("code", 500), obj)
+                    if kind == "BOOKMARK":
+                        if allow_bookmarks:
+                            yield {"type": kind, "object": obj}
                         continue
-                    if event["type"] != "BOOKMARK" and not selector.matches(meta.get("labels")):
+                    meta = obj["metadata"]
+                    if namespace and resource.namespaced and meta.get("namespace") != namespace:
                         continue
-                    yield event
+                    matches = selector.matches(meta.get("labels"))
+                    if kind == "MODIFIED" and old is not None:
+                        matched = selector.matches(old["metadata"].get("labels"))
+                        if matched and not matches:  # it left: DELETED, as it was before
+                            old["metadata"]["resourceVersion"] = meta["resourceVersion"]
+                            kind, obj, matches = "DELETED", old, True
+                        elif matches and not matched:
+                            kind = "ADDED"
+                    if not matches:
+                        continue
+                    yield {"type": kind, "object": obj}
         except TimeoutError:
             return
         finally:
@@ -294,23 +469,33 @@ class FakeClient:
 
     # -- test controls -------------------------------------------------------------------------
 
+    def add_namespaces(self, *names: str) -> None:
+        """Create Namespace objects with these names (existing ones are left alone)."""
+        for name in names:
+            key = self._key(_NAMESPACES, None, name)
+            if key not in self._objects:
+                self._insert(_NAMESPACES, key, {"apiVersion": "v1", "kind": "Namespace",
+                                                "metadata": {"name": name}})  # fmt: skip
+
     def bookmark(self) -> None:
         """Send every watcher a BOOKMARK at the current resourceVersion."""
         for resource, _, queue in self._watchers:
-            queue.put_nowait(
-                {"type": "BOOKMARK", "object": {"apiVersion": resource.api_version,
-                 "kind": resource.kind, "metadata": {"resourceVersion": str(self._last_rv)}}}
-            )  # fmt: skip
+            queue.put_nowait(self._bookmark(resource))
 
     def compact(self) -> None:
-        """Forget history: watches from older resourceVersions get 410, and open watches
-        are ended with a 410 error event (as after etcd compaction)."""
+        """Forget history before the current resourceVersion, as etcd compaction does: a new
+        watch that would need an older change gets 410 Gone; open watches keep streaming."""
         self._compacted = self._last_rv
-        self._history.clear()
+        self._history = [change for change in self._history if change[0] >= self._compacted]
+
+    def expire_watches(self) -> None:
+        """End every open watch with an ERROR event carrying 410 Expired (as a server does to
+        a watcher that fell too far behind); its reader sees :class:`errors.Gone`."""
         for _, _, queue in self._watchers:
             queue.put_nowait(
-                {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
-                 "message": "too old resource version", "metadata": {}}}
+                ("ERROR", {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                           "status": "Failure", "code": 410, "reason": "Expired",
+                           "message": "too old resource version"}, None)
             )  # fmt: skip
 
     @property
@@ -334,6 +519,10 @@ class FakeClient:
     def _key(resource: resources.Resource, namespace: str | None, name: str) -> tuple[Any, str]:
         return resource, f"{namespace}/{name}" if resource.namespaced else name
 
+    def _current(self, resource: resources.Resource) -> builtins.list[Obj]:
+        return [obj for (res, _), obj in sorted(self._objects.items(), key=lambda kv: kv[0][1])
+                if res == resource]  # fmt: skip
+
     def _find(self, resource: resources.Resource, namespace: str | None, name: str) -> Obj:
         obj = self._objects.get(self._key(resource, namespace, name))
         if obj is None:
@@ -348,46 +537,110 @@ class FakeClient:
             "modified; please apply your changes to the latest version and try again",
         )  # fmt: skip
 
+    @staticmethod
+    def _check_status_subresource(resource: resources.Resource) -> None:
+        if not traits(resource).status_subresource:
+            raise errors.NotFound(404, "", "404 page not found")
+
     def _check_write(self, resource: resources.Resource, obj: Obj) -> Obj:
         meta = obj["metadata"]
         current = self._find(resource, meta.get("namespace"), meta["name"])
         rv = meta.get("resourceVersion")
+        if not rv and not traits(resource).unconditional_update:
+            raise errors.Invalid(
+                422, "Invalid",
+                f'{resource.kind}.{resource.group} "{meta["name"]}" is invalid: '
+                "metadata.resourceVersion: Invalid value: 0: must be specified for an update",
+            )  # fmt: skip
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise self._conflict(resource, meta["name"])
         return current
+
+    @staticmethod
+    def _keep_system_fields(resource: resources.Resource, current: Obj, new: Obj) -> None:
+        """What a main-resource write may not change: system metadata, and ``status`` where
+        there is a status subresource; a spec change bumps the generation."""
+        kind = traits(resource)
+        if kind.status_subresource and "status" in current:
+            new["status"] = copy.deepcopy(current["status"])
+        else:
+            new.pop("status", None)
+        meta, old = new["metadata"], current["metadata"]
+        for field in _SYSTEM_FIELDS:
+            if field in old:
+                meta[field] = old[field]
+            else:
+                meta.pop(field, None)
+        added = set(meta.get("finalizers") or ()) - set(old.get("finalizers") or ())
+        if old.get("deletionTimestamp") and added:
+            raise errors.Invalid(
+                422, "Invalid",
+                f'{resource.kind} "{old["name"]}" is invalid: metadata.finalizers: Forbidden: '
+                "no new finalizers can be added if the object is being deleted",
+            )  # fmt: skip
+        if kind.generation and _spec(new) != _spec(current):
+            meta["generation"] = old.get("generation", 1) + 1
 
     def _bump(self) -> str:
         self._last_rv = next(self._rv)
         return str(self._last_rv)
 
-    def _store(self, resource: resources.Resource, current: Obj, new: Obj) -> Obj:
+    def _insert(self, resource: resources.Resource, key: tuple[Any, str], obj: Obj) -> None:
+        """Store a new object (``obj`` is updated in place to what was stored)."""
+        meta = obj["metadata"]
+        kind = traits(resource)
+        obj.pop("status", None)
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+            meta.pop(field, None)
+        if resource == _NAMESPACES:
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+            obj["spec"] = {"finalizers": ["kubernetes"]}
+            obj["status"] = {"phase": "Active"}
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), resourceVersion=self._bump())
+        if kind.generation:
+            meta["generation"] = 1
+        _drop_empty_metadata(obj)
+        self._objects[key] = obj
+        self._emit("ADDED", resource, obj, None)
+
+    def _commit(self, resource: resources.Resource, current: Obj, new: Obj) -> Obj:
+        """Apply a write; return the server's answer."""
+        _drop_empty_metadata(new)
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         if new == current:
             return copy.deepcopy(current)  # a no-op write changes nothing, not even the RV
-        new["metadata"]["resourceVersion"] = self._bump()
         meta = new["metadata"]
-        key = self._key(resource, meta.get("namespace"), meta["name"])
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            self._objects[key] = new
-            self._remove(resource, new)
+            # The object is deleted as it was stored; the answer is the object as written.
+            self._remove(resource, current)
             return copy.deepcopy(new)
-        self._objects[key] = new
-        self._emit("MODIFIED", resource, new)
-        return self._written(new)
+        meta["resourceVersion"] = self._bump()
+        self._objects[self._key(resource, meta.get("namespace"), meta["name"])] = new
+        self._emit("MODIFIED", resource, new, current)
+        return copy.deepcopy(new)
 
-    def _remove(self, resource: resources.Resource, obj: Obj) -> None:
+    def _remove(self, resource: resources.Resource, obj: Obj) -> Obj:
+        """Delete ``obj``; return it at the deletion's resourceVersion."""
         meta = obj["metadata"]
         del self._objects[self._key(resource, meta.get("namespace"), meta["name"])]
         gone = copy.deepcopy(obj)
         gone["metadata"]["resourceVersion"] = self._bump()
-        self._emit("DELETED", resource, gone)
+        self._emit("DELETED", resource, gone, None)
+        return gone
 
-    def _emit(self, kind: str, resource: resources.Resource, obj: Obj) -> None:
-        event = {"type": kind, "object": copy.deepcopy(obj)}
-        self._history.append((self._last_rv, resource, event))
+    def _emit(self, kind: str, resource: resources.Resource, obj: Obj, old: Obj | None) -> None:
+        change: _Change = (kind, copy.deepcopy(obj), copy.deepcopy(old))
+        self._history.append((self._last_rv, resource, change))
         for res, _, queue in self._watchers:
             if res == resource:
-                queue.put_nowait(copy.deepcopy(event))
+                queue.put_nowait(copy.deepcopy(change))
+
+    def _bookmark(self, resource: resources.Resource, initial_events_end: bool = False) -> _Change:
+        meta: Obj = {"resourceVersion": str(self._last_rv)}
+        if initial_events_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": meta}
+        return ("BOOKMARK", obj, None)
 
     def _written(self, obj: Obj) -> Obj:
         result = copy.deepcopy(obj)

@@ -11,12 +11,14 @@ from runtime.client import resources
 from runtime.testing import fake
 from tests.unit import helpers
 
-CM = resources.default_registry.for_kind("v1", "ConfigMap")
+WIDGET = resources.Resource("test.rayservice.dev", "v1", "Widget", "widgets")
 SECRET = resources.default_registry.for_kind("v1", "Secret")
 
 
 async def test_owned_objects_reconcile_their_owner_and_status_writes_are_filtered() -> None:
-    client = fake.FakeClient()
+    registry = resources.default_registry.copy()
+    registry.register(WIDGET)
+    client = fake.FakeClient(registry, namespaces=["ns"])
     cache = cache_.Cache(client, debug=True)  # type: ignore[arg-type]
     seen: list[str] = []
 
@@ -26,24 +28,24 @@ async def test_owned_objects_reconcile_their_owner_and_status_writes_are_filtere
 
     ctrl = controller.Controller("kind-source-test", reconciler)
     ctrl.watch(
-        source.Kind(cache, CM, predicates=[predicate.generation_changed]),
-        source.Kind(cache, SECRET, handler.for_owner("v1", "ConfigMap")),
+        source.Kind(cache, WIDGET, predicates=[predicate.generation_changed]),
+        source.Kind(cache, SECRET, handler.for_owner("test.rayservice.dev/v1", "Widget")),
     )
-    owner = await client.create({"apiVersion": "v1", "kind": "ConfigMap",
+    owner = await client.create({"apiVersion": "test.rayservice.dev/v1", "kind": "Widget",
                                  "metadata": {"name": "owner", "namespace": "ns"}})  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(ctrl.start(stop))
     try:
         await helpers.settle(50)
         assert seen == ["ns/owner"], "the initial list enqueues every object once"
-        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        ref = {"apiVersion": "test.rayservice.dev/v1", "kind": "Widget", "name": "owner",
                "uid": owner["metadata"]["uid"], "controller": True}  # fmt: skip
         await client.create({"apiVersion": "v1", "kind": "Secret",
                              "metadata": {"name": "child", "namespace": "ns",
                                           "ownerReferences": [ref]}})  # fmt: skip
         await helpers.settle(50)
         assert seen == ["ns/owner", "ns/owner"], "a change to an owned object wakes its owner"
-        current = await client.get(CM, "ns", "owner")
+        current = await client.get(WIDGET, "ns", "owner")
         with_status = copy.deepcopy(current)
         with_status["status"] = {"x": 1}
         await client.update_status(with_status)
