@@ -16,6 +16,8 @@ The pieces, bottom up (each module's docstring is its contract):
 - :mod:`runtime.status`: the status writer - no write when nothing meaningful
   changed, optimistic concurrency, conflicts resolved or reported stale.
 - :mod:`runtime.objects`: change-gated ``create_or_update``, owner references, finalizers.
+- :mod:`runtime.quantity`: Kubernetes quantities parsed to exact values (``"1000m"``
+  is ``"1"``), so that both of the above compare them as the API server means them.
 - :mod:`runtime.source`, :mod:`runtime.handler`, :mod:`runtime.predicate`: where
   requests come from (:class:`source.Kind` for a cached resource,
   :class:`source.Channel` for in-process triggers), which requests an event
@@ -55,6 +57,7 @@ from runtime import (
     metrics,
     objects,
     predicate,
+    quantity,
     reconcile,
     source,
     status,
@@ -91,6 +94,7 @@ __all__ = [
     "metrics",
     "objects",
     "predicate",
+    "quantity",
     "reconcile",
     "source",
     "status",

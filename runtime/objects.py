@@ -5,6 +5,26 @@ read the object (from the cache when one is given: zero GETs), apply
 ``mutate`` to a **copy**, and write only if the result differs semantically
 from what is there. It never writes an object that did not change.
 
+"Differs semantically" is :func:`runtime.status.equal` on everything but
+``status``, the way apimachinery's ``equality.Semantic.DeepEqual`` compares:
+the API server answers in its own words, and a reconciler that says the same
+thing in others must not write on every pass. So
+
+- quantities compare by value where Kubernetes types them ``resource.Quantity``
+  (container ``resources.limits``/``requests``, ``overhead``, ``capacity``,
+  ``emptyDir.sizeLimit``...; see :func:`runtime.status.normalize` for the exact
+  rule): ``"1000m"`` equals the ``"1"`` the server stored, ``"1024Mi"`` equals
+  ``"1Gi"``, ``2`` equals ``"2"``; elsewhere (an env var, a ConfigMap value) a
+  string is compared as a string;
+- ``{}``, ``[]`` and ``null`` equal an absent field (the server omits them).
+
+Fields the server *adds* (defaults such as a Pod's ``imagePullPolicy``) are kept
+because ``mutate`` edits a copy of the current object: set the fields you own,
+do not replace whole sub-objects you do not.
+
+The object returned is always the caller's own (a private copy, never the
+cache's shared object), whatever the operation.
+
 >>> owner = {"apiVersion": "ray.io/v1", "kind": "RayService",
 ...          "metadata": {"name": "svc", "uid": "u1"}}
 >>> child = {"metadata": {"name": "svc-raycluster-abcde"}}
@@ -123,6 +143,9 @@ async def create_or_update(
     ``mutate(obj)`` gets a fresh skeleton (``apiVersion``, ``kind``, ``metadata.name``
     and ``namespace``) when the object does not exist, else a deep copy of the
     current one; it must not change the name or namespace.
+
+    Returns the operation and the object as the server has it: the write's answer,
+    or the current object when nothing changed - a private copy either way.
     """
     try:
         current = (
@@ -138,13 +161,15 @@ async def create_or_update(
         }
         mutate(skeleton)
         _check_identity(skeleton, namespace, name)
-        return Operation.CREATED, await client.create(skeleton, namespace=namespace)
+        created = await client.create(skeleton, namespace=namespace)
+        return Operation.CREATED, copy.deepcopy(created)  # a cache may hold the answer
     desired = copy.deepcopy(current)
     mutate(desired)
     _check_identity(desired, namespace, name)
     if status.equal(_without_status(current), _without_status(desired)):
-        return Operation.UNCHANGED, current
-    return Operation.UPDATED, await client.update(desired)
+        return Operation.UNCHANGED, copy.deepcopy(current) if cache is not None else current
+    updated = await client.update(desired)
+    return Operation.UPDATED, copy.deepcopy(updated)
 
 
 def _without_status(obj: Obj) -> Obj:

@@ -20,6 +20,7 @@ PUBLIC = [
     "runtime.client",
     "runtime.status",
     "runtime.objects",
+    "runtime.quantity",
     "runtime.handler",
     "runtime.predicate",
     "runtime.testing.clock",

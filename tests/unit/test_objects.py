@@ -13,7 +13,7 @@ CM = resources.default_registry.for_kind("v1", "ConfigMap")
 
 
 async def test_create_or_update_creates_updates_and_skips() -> None:
-    client = fake.FakeClient()
+    client = fake.FakeClient(namespaces=["ns"])
     cache = cache_.Cache(client, debug=True)  # type: ignore[arg-type]
     value = {"k": "1"}
 
@@ -39,7 +39,7 @@ async def test_create_or_update_creates_updates_and_skips() -> None:
 
 
 async def test_create_or_update_refuses_renames() -> None:
-    client = fake.FakeClient()
+    client = fake.FakeClient(namespaces=["ns"])
 
     def rename(obj: dict[str, Any]) -> None:
         obj["metadata"]["name"] = "other"
@@ -66,3 +66,66 @@ def test_finalizers() -> None:
     assert objects.remove_finalizer(obj, "f")
     assert not objects.remove_finalizer(obj, "f")
     assert obj["metadata"]["finalizers"] == []
+
+
+POD = resources.default_registry.for_kind("v1", "Pod")
+
+
+async def test_quantities_the_server_canonicalised_are_not_rewritten() -> None:
+    # The API server stores "1000m" as "1", "1024Mi" as "1Gi" and drops empty maps;
+    # a mutate that says the same in other words must not cause a write.
+    client = fake.FakeClient(namespaces=["ns"])
+    await client.create({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "p", "namespace": "ns"},
+                         "spec": {"containers": [{"name": "c", "image": "i", "resources": {
+                             "limits": {"cpu": "2", "memory": "1Gi"},
+                             "requests": {"cpu": "1", "memory": "512Mi"}}}]}})  # fmt: skip
+    cache = cache_.Cache(client, debug=True)  # type: ignore[arg-type]
+
+    def mutate(pod: dict[str, Any]) -> None:
+        pod["metadata"]["annotations"] = {}
+        container = pod["spec"]["containers"][0]
+        container["resources"] = {"limits": {"cpu": 2, "memory": "1024Mi"},
+                                  "requests": {"cpu": "1000m", "memory": "0.5Gi"}}  # fmt: skip
+        container["env"] = []
+
+    try:
+        for _ in range(3):
+            op, _ = await objects.create_or_update(client, POD, "ns", "p", mutate, cache=cache)
+            assert op is objects.Operation.UNCHANGED
+        assert client.writes() == 1  # the create above
+
+        def more_cpu(pod: dict[str, Any]) -> None:
+            mutate(pod)
+            pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "2001m"
+
+        op, _ = await objects.create_or_update(client, POD, "ns", "p", more_cpu, cache=cache)
+        assert op is objects.Operation.UPDATED
+    finally:
+        await cache.stop()
+
+
+async def test_the_returned_object_is_the_callers_own() -> None:
+    client = fake.FakeClient(namespaces=["ns"])
+    cache = cache_.Cache(client, debug=True, transform=None)  # type: ignore[arg-type]
+
+    def mutate(obj: dict[str, Any]) -> None:
+        obj["data"] = {"k": "v"}
+
+    try:
+        for expected in (objects.Operation.CREATED, objects.Operation.UNCHANGED):
+            op, obj = await objects.create_or_update(client, CM, "ns", "c", mutate, cache=cache)
+            assert op is expected
+            obj["data"]["k"] = "changed by the caller"  # allowed: it is a private copy
+            cache.verify()  # raises CacheMutationError if that was the cached object
+            assert (await cache.get(CM, "ns", "c"))["data"] == {"k": "v"}
+
+        def update(obj: dict[str, Any]) -> None:
+            obj["data"] = {"k": "w"}
+
+        op, obj = await objects.create_or_update(client, CM, "ns", "c", update, cache=cache)
+        assert op is objects.Operation.UPDATED
+        obj["data"]["k"] = "changed by the caller"
+        cache.verify()
+    finally:
+        await cache.stop()

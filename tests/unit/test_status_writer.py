@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from runtime import metrics, status
 from runtime.client import errors, resources
+from runtime.testing import clock as clock_
 from runtime.testing import fake
 
 WIDGET = resources.Resource("test.dev", "v1", "Widget", "widgets")
@@ -16,7 +19,7 @@ WIDGET = resources.Resource("test.dev", "v1", "Widget", "widgets")
 async def client() -> fake.FakeClient:
     registry = resources.default_registry.copy()
     registry.register(WIDGET)
-    c = fake.FakeClient(registry)
+    c = fake.FakeClient(registry, namespaces=["ns"])
     await c.create({"apiVersion": "test.dev/v1", "kind": "Widget",
                     "metadata": {"name": "w", "namespace": "ns"}, "spec": {"size": 1}})  # fmt: skip
     return c
@@ -66,6 +69,61 @@ async def test_a_new_status_is_written_once_then_skipped(client: fake.FakeClient
 )
 def test_semantic_equality(old: dict[str, Any], new: dict[str, Any], same: bool) -> None:
     assert status.equal(old, new, volatile={"lastUpdateTime", "healthLastUpdateTime"}) is same
+
+
+def resources_of(limits: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "c", "resources": {"limits": limits, **more}}]}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "same"),
+    [
+        # what the API server makes of quantities: compared by value where Kubernetes has them
+        (resources_of({"cpu": "1", "memory": "1Gi"}),
+         resources_of({"cpu": "1000m", "memory": "1024Mi"}), True),
+        (resources_of({"cpu": "2"}), resources_of({"cpu": 2}), True),
+        (resources_of({"cpu": "500m"}), resources_of({"cpu": 0.5}), True),
+        (resources_of({"cpu": "1"}, requests={"cpu": "1"}),
+         resources_of({"cpu": "1"}, requests={"cpu": "1000m"}), True),
+        (resources_of({"cpu": "1"}), resources_of({"cpu": "2"}), False),
+        (resources_of({"cpu": "1"}), resources_of({"cpu": "1001m"}), False),
+        (resources_of({"cpu": "1"}), resources_of({"cpu": "1"}, requests={}), True),
+        (resources_of({"gpu": "lots"}), resources_of({"gpu": "lots"}), True),
+        (resources_of({"gpu": "lots"}), resources_of({"gpu": "1"}), False),
+        ({"spec": {"overhead": {"cpu": "250m"}}}, {"spec": {"overhead": {"cpu": "0.25"}}}, True),
+        ({"status": {"capacity": {"storage": "1Gi"}, "allocatable": {"pods": "110"}}},
+         {"status": {"capacity": {"storage": "1024Mi"}, "allocatable": {"pods": 110}}}, True),
+        ({"spec": {"hard": {"pods": "10"}}, "status": {"used": {"cpu": "1"}}},
+         {"spec": {"hard": {"pods": 10}}, "status": {"used": {"cpu": "1000m"}}}, True),
+        ({"emptyDir": {"sizeLimit": "1Gi"}}, {"emptyDir": {"sizeLimit": "1024Mi"}}, True),
+        ({"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}},
+         {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "0.001"}}, True),
+        # ... and nowhere else: an env var, a label or a ConfigMap key is a string
+        ({"env": [{"name": "N", "value": "1"}]}, {"env": [{"name": "N", "value": "1000m"}]},
+         False),
+        ({"data": {"sizeLimit": "1"}}, {"data": {"sizeLimit": "1000m"}}, False),
+        ({"data": {"limits": "1"}}, {"data": {"limits": "1000m"}}, False),
+        ({"labels": {"cpu": "2"}}, {"labels": {"cpu": 2}}, False),
+        ({"replicas": 2}, {"replicas": "2"}, False),
+        # empty maps and lists mean the same as absent ones (and as null), at any depth
+        ({"metadata": {"name": "a", "labels": {}}}, {"metadata": {"name": "a"}}, True),
+        ({"metadata": {"finalizers": []}}, {"metadata": {}}, True),
+        ({"spec": {"template": {"metadata": {"annotations": {}}}}}, {}, True),
+        ({"a": {"b": None, "c": []}}, {}, True),
+        (None, {}, True),
+        ({"l": [{}]}, {"l": []}, False),  # an item is not nothing
+        # ... except where Kubernetes gives an empty object a meaning
+        ({"volumes": [{"name": "v", "emptyDir": {}}]}, {"volumes": [{"name": "v"}]}, False),
+        ({"from": [{"namespaceSelector": {}}]}, {"from": [{}]}, False),
+        ({"from": [{"namespaceSelector": None}]}, {"from": [{}]}, True),
+        ({"spec": {"selector": {}}}, {"spec": {}}, True),  # a Service's: a map
+        ({"s": ""}, {}, False),  # an empty string is a value
+        ({"b": False}, {}, False),
+    ],
+)  # fmt: skip
+def test_semantic_equality_of_objects(old: Any, new: Any, same: bool) -> None:
+    assert status.equal(old, new) is same
+    assert status.equal(new, old) is same
 
 
 async def test_stamps_are_only_set_on_a_real_write(client: fake.FakeClient) -> None:
@@ -136,3 +194,158 @@ async def test_the_given_object_is_not_modified(client: fake.FakeClient) -> None
     snapshot = copy.deepcopy(obj)
     await writer.update(obj, {"phase": "A"})
     assert obj == snapshot
+
+
+class SchemaServer:
+    """The fake API server behind a CRD status schema: it prunes ``extra`` (also inside
+    ``conditions``) and defaults ``mode`` to ``"auto"``, as a structural schema does."""
+
+    def __init__(self, client: fake.FakeClient, default: Any = "auto") -> None:
+        self.client = client
+        self.default = default
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    async def update_status(self, obj: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(obj)
+        st = body.setdefault("status", {})
+        st.pop("extra", None)
+        for condition in st.get("conditions") or []:
+            condition.pop("extra", None)
+        st.setdefault("mode", self.default() if callable(self.default) else self.default)
+        return await self.client.update_status(body)
+
+
+def mismatches(field: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "status_write_mismatch_total", {"kind": "Widget", "field": field}
+    )
+    return value or 0.0
+
+
+def stamped(server: Any, **options: Any) -> status.StatusWriter:
+    ticks = itertools.count()
+    return status.StatusWriter(server, volatile={"lastUpdateTime"},
+                               stamps={"lastUpdateTime": lambda: f"T{next(ticks)}"},
+                               **options)  # fmt: skip
+
+
+async def test_a_status_the_server_prunes_and_defaults_is_written_once(
+    client: fake.FakeClient,
+) -> None:
+    writer = stamped(SchemaServer(client))
+    before = mismatches("status.extra")
+    with capture_logs() as logs:
+        for i in range(10):  # an idle controller; each write would wake it again
+            desired = {"phase": "Ready", "extra": "x", "conditions": [{"type": "A", "extra": i}]}
+            result = await writer.update(await current(client), desired)
+    assert client.writes(subresource="status") == 1
+    assert result.outcome is status.Outcome.SKIPPED
+    warned = sorted((e["kind"], e["field"], e["change"]) for e in logs
+                    if e["log_level"] == "warning")  # fmt: skip
+    assert warned == [("Widget", "status.conditions[*].extra", "pruned"),
+                      ("Widget", "status.extra", "pruned"),
+                      ("Widget", "status.mode", "defaulted")]  # fmt: skip
+    assert mismatches("status.extra") - before == 1
+
+
+async def test_real_changes_are_still_written_on_the_servers_terms(
+    client: fake.FakeClient,
+) -> None:
+    writer = stamped(SchemaServer(client))
+
+    async def update(new: dict[str, Any]) -> status.Outcome:
+        return (await writer.update(await current(client), new)).outcome
+
+    assert await update({"phase": "A", "extra": 1}) is status.Outcome.WRITTEN
+    assert await update({"phase": "A", "extra": 2}) is status.Outcome.SKIPPED
+    assert await update({"phase": "B", "extra": 2}) is status.Outcome.WRITTEN
+    assert await update({"phase": "B", "mode": "manual"}) is status.Outcome.WRITTEN
+    assert (await current(client))["status"]["mode"] == "manual"
+    assert await update({"phase": "B", "mode": "manual"}) is status.Outcome.SKIPPED
+    # leaving mode out again means the default: the server must be told
+    assert await update({"phase": "B"}) is status.Outcome.WRITTEN
+    assert (await current(client))["status"]["mode"] == "auto"
+    assert await update({"phase": "B"}) is status.Outcome.SKIPPED
+    assert client.writes(subresource="status") == 4
+
+
+async def test_what_one_object_taught_applies_to_the_others_of_its_kind(
+    client: fake.FakeClient,
+) -> None:
+    await client.create({"apiVersion": "test.dev/v1", "kind": "Widget",
+                         "metadata": {"name": "w2", "namespace": "ns"}})  # fmt: skip
+    server = SchemaServer(client)
+    desired = {"phase": "Ready", "extra": "x"}
+    for name in ("w", "w2"):
+        await stamped(server).update(await client.get(WIDGET, "ns", name), desired)
+    writes = client.writes(subresource="status")
+    restarted = stamped(server)  # a new process: nothing learned yet
+    first = await restarted.update(await client.get(WIDGET, "ns", "w"), desired)
+    assert first.outcome is status.Outcome.WRITTEN  # it has to learn once
+    second = await restarted.update(await client.get(WIDGET, "ns", "w2"), desired)
+    assert second.outcome is status.Outcome.SKIPPED
+    assert client.writes(subresource="status") == writes + 1
+
+
+async def test_a_default_that_differs_per_object_is_left_to_the_server(
+    client: fake.FakeClient,
+) -> None:
+    await client.create({"apiVersion": "test.dev/v1", "kind": "Widget",
+                         "metadata": {"name": "w2", "namespace": "ns"}})  # fmt: skip
+    serial = itertools.count()
+    writer = stamped(SchemaServer(client, default=lambda: f"m{next(serial)}"))
+    for _ in range(5):  # e.g. a webhook that fills in a per-object value
+        for name in ("w", "w2"):
+            await writer.update(await client.get(WIDGET, "ns", name), {"phase": "P"})
+    assert client.writes(subresource="status") <= 3
+
+
+async def test_what_is_learned_is_bounded(client: fake.FakeClient) -> None:
+    writer = stamped(SchemaServer(client), max_learned=4)
+    for i in range(20):
+        await writer.update(await current(client), {"phase": "P", "extra": i, f"k{i}": None,
+                                                   "conditions": [{"type": str(i)}]})  # fmt: skip
+    assert 0 < len(writer.learned()) <= 4
+    assert all(len(entry) == 3 for entry in writer.learned())  # (kind, field, change)
+
+
+async def test_a_change_the_server_stops_making_is_forgotten(client: fake.FakeClient) -> None:
+    server = SchemaServer(client)
+    clock = clock_.FakeClock()
+    writer = stamped(server, clock=clock, relearn_after=600)
+    await writer.update(await current(client), {"phase": "A", "extra": 1})
+    assert ("Widget", "status.extra", "pruned") in writer.learned()
+    server.update_status = client.update_status  # type: ignore[method-assign]  # schema upgraded
+    clock.advance(599)
+    still = await writer.update(await current(client), {"phase": "A", "extra": 1})
+    assert still.outcome is status.Outcome.SKIPPED  # trusted for a while ...
+    clock.advance(2)
+    first = await writer.update(await current(client), {"phase": "A", "extra": 1})
+    assert first.outcome is status.Outcome.WRITTEN
+    assert first.obj["status"]["extra"] == 1
+    assert ("Widget", "status.extra", "pruned") not in writer.learned()
+    # ... and a write that shows the change is gone forgets it at once
+    await writer.update(await current(client), {"phase": "B", "extra": 1})  # learns nothing
+    server.update_status = SchemaServer(client).update_status  # type: ignore[method-assign]
+    await writer.update(await current(client), {"phase": "C", "extra": 1})
+    assert ("Widget", "status.extra", "pruned") in writer.learned()
+    server.update_status = client.update_status  # type: ignore[method-assign]
+    await writer.update(await current(client), {"phase": "D", "extra": 1})
+    assert ("Widget", "status.extra", "pruned") not in writer.learned()
+    assert writer.learned() == []  # the default for mode is gone too
+    again = await writer.update(await current(client), {"phase": "D", "extra": 1})
+    assert again.outcome is status.Outcome.SKIPPED
+
+
+async def test_each_mismatch_is_counted_and_logged_once(client: fake.FakeClient) -> None:
+    writer = stamped(SchemaServer(client))
+    before = mismatches("status.extra")
+    with capture_logs() as logs:
+        for i in range(5):  # real changes: five writes, each one pruned
+            await writer.update(await current(client), {"phase": f"P{i}", "extra": i})
+    assert client.writes(subresource="status") == 5
+    assert mismatches("status.extra") - before == 5
+    warned = [e["field"] for e in logs if e["log_level"] == "warning"]
+    assert sorted(warned) == ["status.extra", "status.mode"]
