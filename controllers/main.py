@@ -7,7 +7,11 @@ exits with status 2 and one line saying what is wrong.
 
 The manager registers every reconciler :func:`controllers.setup` knows
 (the RayCluster and RayService reconcilers, as they land), then serves
-``/metrics`` and ``/healthz``/``/readyz`` and runs until SIGTERM or SIGINT.
+``/metrics`` and ``/healthz``/``/readyz`` and runs until SIGTERM or SIGINT
+(a second signal exits at once). It exits 1 when it fails or loses its
+leader Lease (``--leader-elect``), which lives in the pod's own namespace
+(``$POD_NAMESPACE``, set by ``config/manager``, else the service account's)
+unless ``--leader-election-namespace`` names another.
 """
 
 from __future__ import annotations
@@ -49,7 +53,11 @@ class Settings(BaseSettings):
     )
     leader_elect: bool = Field(False, description="run only while holding the leader Lease")
     leader_election_id: str = Field("rayservice-operator-leader", description="Lease name")
-    leader_election_namespace: str = Field("default", description="Lease namespace")
+    leader_election_namespace: str | None = Field(
+        None,
+        description="Lease namespace; default the pod's ($POD_NAMESPACE, else the service "
+        "account's), 'default' out of a cluster",
+    )
     metrics_bind_address: str = Field(":8080", description="host:port for /metrics; 0 disables")
     health_probe_bind_address: str = Field(
         ":8081", description="host:port for /healthz and /readyz; 0 disables"

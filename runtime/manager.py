@@ -12,18 +12,35 @@ default for controllers) runs only on the elected leader.
    (``/healthz``, ``/readyz``; named checks, ``?verbose`` lists them);
 2. the cache: every informer registered so far starts; start-up fails with a
    clear error if they do not sync within ``cache_sync_timeout`` (``/readyz``
-   fails until they have);
+   fails until they have). A ``stop`` during the wait returns at once;
 3. runnables that need no leader election (the event recorder);
-4. leader election, when on (Lease ``leader_election_id``): wait to be elected;
+4. leader election, when on - whether or not any runnable needs it, so
+   ``leader_election_master_status`` is always exported: wait to be elected.
+   A standby is ready (``/readyz`` passes once the caches synced), also while
+   its Lease calls fail; the Lease lives in the pod's namespace unless
+   ``leader_election_namespace`` says otherwise;
 5. the other runnables (controllers).
 
-Then it runs until its ``stop`` event is set, a runnable fails, or leadership
-is lost, and stops in reverse order: leader runnables first (each gets
-``graceful_shutdown_timeout`` to finish in-flight work), then the lease is
-released, then the others, the cache and the servers. A runnable's failure
-or a lost lease makes :meth:`Manager.start` raise, so the process exits
-non-zero and its pod restarts. :func:`serve` (or :func:`run`) wires SIGTERM/SIGINT
-to ``stop``.
+**Supervision.** Every runnable's task and the elector's are watched from
+the moment they start: a runnable that fails, is cancelled or returns before
+it was asked to, an elector that ends (lease lost, or a bug), make
+:meth:`Manager.start` raise after the shutdown (:class:`LeadershipLost` for a
+lost lease), so the process exits non-zero and its pod restarts.
+
+**Shutdown** (on ``stop``, or on such a failure) runs in reverse order within
+**one budget**, ``graceful_shutdown_timeout`` for the whole sequence:
+
+1. leader runnables: asked to stop, and cancelled when the budget is spent.
+   If the lease is gone (lost, or the elector died) they are cancelled **at
+   once**, with no grace (another replica may already lead), also when that
+   happens in the middle of a graceful stop;
+2. the lease is released as soon as they have all ended (never while one may
+   still run); the release call gets what is left of the budget, at least 1 s;
+3. the other runnables (cancelled when the budget is spent), the cache and
+   the servers.
+
+:func:`serve` (or :func:`run`) wires SIGTERM/SIGINT to ``stop``; a second
+signal exits the process at once with status 1.
 """
 
 from __future__ import annotations
@@ -31,7 +48,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
@@ -48,6 +67,12 @@ __all__ = ["LeadershipLost", "Manager", "Options", "Runnable", "run", "serve"]
 
 Check = Callable[[], bool | Awaitable[bool]]
 
+_MIN_RELEASE_WAIT = 1.0
+"""Seconds the Lease release may take even when the shutdown budget is spent."""
+
+_MIN_CANCEL_WAIT = 1.0
+"""Seconds cancelled runnables get to unwind even when the shutdown budget is spent."""
+
 
 @runtime_checkable
 class Runnable(Protocol):
@@ -58,6 +83,17 @@ class Runnable(Protocol):
 
 class LeadershipLost(RuntimeError):
     """The lease could not be renewed; the process must stop."""
+
+
+def _needs_leader_election(runnable: object) -> bool:
+    return bool(getattr(runnable, "needs_leader_election", True))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Started:
+    runnable: Runnable
+    stop: asyncio.Event
+    task: asyncio.Task[None]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -79,11 +115,13 @@ class Options:
     leader_election_id: str = "rayservice-operator-leader"
     """The Lease name. Default "rayservice-operator-leader"."""
 
-    leader_election_namespace: str = "default"
-    """The Lease namespace. Default "default"."""
+    leader_election_namespace: str | None = None
+    """The Lease namespace. Default: the pod's own (``$POD_NAMESPACE``, else the service
+    account's namespace file), ``"default"`` out of a cluster
+    (:func:`runtime.leaderelection.default_namespace`)."""
 
     lease_duration: float = 15.0
-    """Default 15 s (see :mod:`runtime.leaderelection`)."""
+    """Whole seconds. Default 15 s (see :mod:`runtime.leaderelection`)."""
 
     renew_deadline: float = 10.0
     """Default 10 s."""
@@ -92,13 +130,28 @@ class Options:
     """Default 2 s."""
 
     graceful_shutdown_timeout: float = 30.0
-    """Seconds each runnable gets to stop. Default 30 s."""
+    """Seconds the whole shutdown may take (one budget for all runnables, not each);
+    keep it below the pod's ``terminationGracePeriodSeconds``. Default 30 s."""
 
     cache_sync_timeout: float = 120.0
     """Seconds the caches get to sync at start-up. Default 120 s."""
 
     component: str = "rayservice-operator"
     """Name used for Events' source. Default "rayservice-operator"."""
+
+
+def _election_options(options: Options) -> leaderelection.Options | None:
+    """The elector's settings (validated now, so bad ones fail early); None when off."""
+    if not options.leader_election:
+        return None
+    namespace = options.leader_election_namespace or leaderelection.default_namespace()
+    return leaderelection.Options(
+        name=options.leader_election_id,
+        namespace=namespace,
+        lease_duration=options.lease_duration,
+        renew_deadline=options.renew_deadline,
+        retry_period=options.retry_period,
+    )
 
 
 def _parse_address(address: str) -> tuple[str, int] | None:
@@ -117,6 +170,8 @@ class Manager:
         self.cache = cache_.Cache(client, namespace=self.options.namespace)
         self.events = events.Recorder(client, self.options.component)
         self.elector: leaderelection.LeaderElector | None = None
+        """The leader elector, once :meth:`start` got to leader election."""
+        self._election = _election_options(self.options)
         self._runnables: list[Runnable] = [self.events]
         self._healthz: dict[str, Check] = {"ping": lambda: True}
         self._readyz: dict[str, Check] = {"ping": lambda: True, "caches": self._caches_synced}
@@ -146,106 +201,170 @@ class Manager:
     # -- running ---------------------------------------------------------------------------------
 
     async def start(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set (see the module docstring for the order)."""
-        opts = self.options
-        await self._start_servers()
-        started: list[tuple[Runnable, asyncio.Event, asyncio.Task[None]]] = []
+        """Run until ``stop`` is set (see the module docstring for the order and the failures)."""
+        started: list[_Started] = []
         elector_task: asyncio.Task[None] | None = None
         elector_stop = asyncio.Event()
         failure: BaseException | None = None
         try:
+            await self._start_servers()
             await self.cache.start()
-            try:
-                async with asyncio.timeout(opts.cache_sync_timeout):
-                    await self.cache.wait_for_sync()
-            except TimeoutError:
-                raise TimeoutError(
-                    f"caches did not sync within {opts.cache_sync_timeout} s "
-                    "(is the CRD installed, and does RBAC allow list/watch?)"
-                ) from None
+            if not await self._wait_for_caches(stop):
+                return
             self._caches_ready = True
             self.log.info("caches synced")
-            leaders = [r for r in self._runnables if getattr(r, "needs_leader_election", True)]
-            others = [r for r in self._runnables if r not in leaders]
-            for runnable in others:
-                started.append(self._launch(runnable))
-            if opts.leader_election and leaders:
-                self.elector = leaderelection.LeaderElector(
-                    self.client,
-                    leaderelection.Options(
-                        name=opts.leader_election_id,
-                        namespace=opts.leader_election_namespace,
-                        lease_duration=opts.lease_duration,
-                        renew_deadline=opts.renew_deadline,
-                        retry_period=opts.retry_period,
-                    ),
+            leaders = [r for r in self._runnables if _needs_leader_election(r)]
+            started.extend(self._launch(r) for r in self._runnables if r not in leaders)
+            if self._election is not None:
+                self.elector = leaderelection.LeaderElector(self.client, self._election)
+                elector_task = asyncio.create_task(
+                    self.elector.run(elector_stop), name="leader-elector"
                 )
-                elector_task = asyncio.create_task(self.elector.run(elector_stop), name="elector")
-                await aio.wait_first(self.elector.elected, stop, tasks=[elector_task])
-                if stop.is_set() or not self.elector.elected.is_set():
+                await aio.wait_first(
+                    self.elector.elected, stop, tasks=[elector_task, *(s.task for s in started)]
+                )
+                self._raise_if_failed(stop, started, elector_task)
+                if stop.is_set():
                     return
-            for runnable in leaders:
-                started.append(self._launch(runnable))
-            watched = [task for _, _, task in started]
+            started.extend(self._launch(r) for r in leaders)
+            watched = [s.task for s in started]
             if elector_task is not None:
                 watched.append(elector_task)
-            await self._until_stop_or_failure(stop, watched)
-            if self.elector is not None and self.elector.lost:
-                raise LeadershipLost("leader election lost; stopping")
-            for runnable, _, task in started:
-                if task.done() and not task.cancelled() and task.exception() is not None:
-                    raise RuntimeError(f"runnable {runnable!r} failed") from task.exception()
-                if task.done() and not stop.is_set():
-                    raise RuntimeError(f"runnable {runnable!r} stopped on its own")
+            await aio.wait_first(stop, tasks=watched)
+            self._raise_if_failed(stop, started, elector_task)
         except BaseException as exc:
             failure = exc
             raise
         finally:
             await self._shutdown(started, elector_task, elector_stop, failure)
 
-    def _launch(self, runnable: Runnable) -> tuple[Runnable, asyncio.Event, asyncio.Task[None]]:
+    async def _wait_for_caches(self, stop: asyncio.Event) -> bool:
+        """True once the caches synced, False if ``stop`` was set first."""
+        timeout = self.options.cache_sync_timeout
+        sync = asyncio.create_task(self.cache.wait_for_sync(), name="cache-sync")
+        try:
+            async with asyncio.timeout(timeout):
+                await aio.wait_first(stop, tasks=[sync])
+        except TimeoutError:
+            raise TimeoutError(
+                f"caches did not sync within {timeout} s "
+                "(is the CRD installed, and does RBAC allow list/watch?)"
+            ) from None
+        finally:
+            if not sync.done():
+                sync.cancel()
+                await asyncio.gather(sync, return_exceptions=True)
+        if stop.is_set():
+            self.log.info("stop requested while waiting for the caches")
+            return False
+        sync.result()  # a failure of the wait itself
+        return True
+
+    def _launch(self, runnable: Runnable) -> _Started:
         own_stop = asyncio.Event()
         task = asyncio.create_task(runnable.start(own_stop), name=f"runnable-{runnable!r}")
-        return runnable, own_stop, task
+        return _Started(runnable, own_stop, task)
 
-    async def _until_stop_or_failure(
-        self, stop: asyncio.Event, tasks: list[asyncio.Task[None]]
+    def _raise_if_failed(
+        self,
+        stop: asyncio.Event,
+        started: list[_Started],
+        elector_task: asyncio.Task[None] | None,
     ) -> None:
-        await aio.wait_first(stop, tasks=tasks)
+        """Raise if the elector or a runnable ended without being asked to."""
+        if elector_task is not None and elector_task.done():
+            # The elector returns on its own only when the lease is lost.
+            if self.elector is not None and self.elector.lost:
+                raise LeadershipLost("leader election lost; stopping")
+            cause = None if elector_task.cancelled() else elector_task.exception()
+            raise RuntimeError("leader election ended unexpectedly") from cause
+        for s in started:
+            if not s.task.done():
+                continue
+            if s.task.cancelled():
+                raise RuntimeError(f"runnable {s.runnable!r} was cancelled")
+            if (exc := s.task.exception()) is not None:
+                raise RuntimeError(f"runnable {s.runnable!r} failed") from exc
+            if not stop.is_set():
+                raise RuntimeError(f"runnable {s.runnable!r} stopped on its own")
 
     async def _shutdown(
         self,
-        started: list[tuple[Runnable, asyncio.Event, asyncio.Task[None]]],
+        started: list[_Started],
         elector_task: asyncio.Task[None] | None,
         elector_stop: asyncio.Event,
         failure: BaseException | None,
     ) -> None:
-        timeout = self.options.graceful_shutdown_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.graceful_shutdown_timeout
         self.log.info("stopping", reason=repr(failure) if failure else "requested")
-        leaders = [s for s in started if getattr(s[0], "needs_leader_election", True)]
+        leaders = [s for s in started if _needs_leader_election(s.runnable)]
         others = [s for s in started if s not in leaders]
-        for group in (leaders, None, others):
-            if group is None:
-                elector_stop.set()  # releases the lease once the leader runnables are done
-                if elector_task is not None:
-                    await asyncio.gather(elector_task, return_exceptions=True)
-                continue
-            for _, own_stop, _ in reversed(group):
-                own_stop.set()
-            tasks = [task for _, _, task in group]
-            if tasks:
-                _, pending = await asyncio.wait(tasks, timeout=timeout)
-                for task in pending:
-                    self.log.warning(
-                        "runnable did not stop in time; cancelling", task=task.get_name()
-                    )
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+        # 1. Leader runnables. Without the lease (lost, or the elector died) they may not
+        #    run one step more: cancel them at once, as controller-runtime does.
+        lease_gone = elector_task is not None and elector_task.done()
+        if lease_gone and leaders:
+            self.log.error("not leader any more: cancelling the leader runnables at once")
+        leaders_stopped = await self._stop_group(
+            leaders, deadline, graceful=not lease_gone, abort=elector_task
+        )
+        # 2. The lease, as soon as no leader runnable runs any more.
+        if elector_task is not None:
+            if leaders_stopped:
+                elector_stop.set()
+                release_wait = max(deadline - loop.time(), _MIN_RELEASE_WAIT)
+                await asyncio.wait([elector_task], timeout=release_wait)
+            if not elector_task.done():  # never release while a leader runnable may still run
+                elector_task.cancel()
+            await asyncio.gather(elector_task, return_exceptions=True)
+        # 3. The rest, the cache and the servers.
+        await self._stop_group(others, deadline, graceful=True)
         await self.cache.stop()
         for runner in reversed(self._sites):
             await runner.cleanup()
         self._sites.clear()
         self.log.info("stopped")
+
+    async def _stop_group(
+        self,
+        group: list[_Started],
+        deadline: float,
+        *,
+        graceful: bool,
+        abort: asyncio.Task[None] | None = None,
+    ) -> bool:
+        """Stop ``group`` by ``deadline`` (cancelling what is left then), or cancel it at once
+        if not ``graceful`` or once ``abort`` ends. True if every task has ended."""
+        loop = asyncio.get_running_loop()
+        pending = {s.task for s in group if not s.task.done()}
+        late = graceful  # what is still pending after a graceful wait ran out of budget
+        if graceful:
+            for s in reversed(group):
+                s.stop.set()
+            while pending and (remaining := deadline - loop.time()) > 0:
+                waiting = set(pending)
+                if abort is not None and not abort.done():
+                    waiting.add(abort)
+                done, _ = await asyncio.wait(
+                    waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending -= done
+                if abort is not None and abort in done and pending:
+                    self.log.error("leader election ended while stopping: cancelling at once")
+                    late = False
+                    break
+        for task in pending:
+            if late:
+                self.log.warning("runnable did not stop in time; cancelling", task=task.get_name())
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=max(deadline - loop.time(), _MIN_CANCEL_WAIT))
+        tasks = [s.task for s in group]
+        await asyncio.gather(*(t for t in tasks if t.done()), return_exceptions=True)
+        for task in tasks:
+            if not task.done():
+                self.log.error("runnable ignores cancellation", task=task.get_name())
+        return all(t.done() for t in tasks)
 
     # -- HTTP ----------------------------------------------------------------------------------
 
@@ -306,11 +425,26 @@ class Manager:
 
 
 async def serve(manager: Manager) -> int:
-    """Run ``manager`` until SIGTERM/SIGINT; the exit code (0, or 1 on failure)."""
+    """Run ``manager`` until SIGTERM/SIGINT; the exit code (0, or 1 on failure).
+
+    The first signal starts the graceful shutdown; a second one exits the process at
+    once with status 1, without waiting for anything.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set():
+            manager.log.error("second signal: exiting at once", signal=sig.name)
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(1)
+        manager.log.info("signal received: shutting down", signal=sig.name)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await manager.start(stop)
     except LeadershipLost as exc:

@@ -225,7 +225,10 @@ class Client:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
-        token = await self.configuration.get_api_key_with_prefix("authorization")
+        # kubernetes-asyncio keeps the (already prefixed) token under "BearerToken".
+        token = await self.configuration.get_api_key_with_prefix(
+            "BearerToken", alias="authorization"
+        )
         if token:
             headers["Authorization"] = token
         return headers

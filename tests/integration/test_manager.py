@@ -204,7 +204,7 @@ async def test_readyz_fails_until_caches_sync_and_metrics_are_served(
         status, text = await http_get(f"http://127.0.0.1:{manager.metrics_address[1]}/metrics")
         assert status == 200
         for series in [
-            'workqueue_depth{name="late-controller"}',
+            'workqueue_depth{controller="late-controller",name="late-controller"}',
             'controller_runtime_reconcile_total{controller="late-controller",result="success"}',
             "rest_client_requests_total{",
             "controller_runtime_max_concurrent_reconciles",
