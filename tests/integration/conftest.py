@@ -30,10 +30,17 @@ BUILD = ROOT / "hack" / "controlplane" / "build.sh"
 CRDS = pathlib.Path(__file__).parent / "testdata" / "crds"
 
 
+INTEGRATION_TIMEOUT = 300
+"""Seconds per integration test, including its share of fixture set-up (the first one
+starts the control plane); the unit tier's bound is pyproject's ``timeout``."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if pathlib.Path(str(item.fspath)).is_relative_to(pathlib.Path(__file__).parent):
             item.add_marker(pytest.mark.integration)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT))
 
 
 @pytest.fixture(scope="session")
