@@ -17,6 +17,9 @@
   create/update/patch returns is put into the store at once when it is newer
   than the cached one, so the next reconcile sees our own write even before the
   watch event arrives (KubeRay's stale-status writes came from exactly that gap).
+  The store keeps a copy, never the caller's dict; an object a delete already
+  removed (its DELETED event came first) is not brought back, and a relist does
+  not undo writes newer than its snapshot (see :mod:`runtime.cache.informer`).
 - ``namespace`` restricts every informer to one namespace (fewer objects, and
   RBAC may allow no more); ``None`` watches all namespaces.
 """

@@ -10,14 +10,20 @@
   ``update`` with ``old is obj``, from the cache and without any API call (for
   controllers that must periodically re-check something external).
 - :meth:`SharedInformer.apply_write` is write-through: an object returned by our
-  own write replaces the cached one if it is newer, and handlers see it as an
-  update at once; the watch event for the same resourceVersion is then not
-  delivered a second time.
+  own write replaces the cached one if it is newer (than the cached copy and than
+  the key's tombstone, see :mod:`runtime.cache.store`), and handlers see it as an
+  add or update at once; the watch event for the same resourceVersion is then not
+  delivered a second time. So a reply that arrives after the watch's DELETED event
+  for the same object (the update that removed the last finalizer deleted it) does
+  not bring the object back. An object with a ``deletionTimestamp`` and no
+  finalizers is never written through (it is gone or about to be; the watch says
+  which). The object stored is a copy: the caller may go on changing its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from collections.abc import Callable
 from typing import Literal
@@ -114,13 +120,16 @@ class SharedInformer:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def apply_write(self, obj: store_.Obj) -> bool:
-        """Write-through of an object our client just wrote; True if it was newer."""
-        key = store_.key_for(obj)
-        previous = self.store.get(key)
-        if not self.store.upsert_if_newer(obj):
+        """Write-through of an object our client just wrote; True if it was stored."""
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return False
-        stored = self.store.get(key)
-        assert stored is not None
+        store = self.store
+        if not store.accepts(obj):
+            return False
+        if store.transform is not store_.default_transform:
+            obj = copy.deepcopy(obj)  # the default transform copies; others need not
+        stored, previous = store.upsert(obj)
         self._dispatch("add" if previous is None else "update", stored, previous)
         return True
 

@@ -4,20 +4,31 @@ Contract (client-go's reflector, in our words):
 
 1. **List** every page (500 per page); the first list asks for
    ``resourceVersion=0`` (served from the apiserver's watch cache, cheap), a
-   relist after 410 asks for ``""`` (a consistent read from etcd). The store is
-   **replaced**: objects that vanished are reported as deletes.
+   relist asks for ``""`` (a consistent read from etcd). The store is
+   **replaced** (:meth:`~runtime.cache.store.Store.replace` with the list's
+   resourceVersion): objects that vanished are reported as deletes, but what our
+   own writes put in the store after the list's snapshot is neither rolled back
+   nor reported deleted.
 2. **Watch** from the list's resourceVersion with ``allowWatchBookmarks=true`` and
    a random ``timeoutSeconds`` in [5 min, 10 min] (so many clients do not
-   reconnect in step). ADDED/MODIFIED upsert, DELETED removes, BOOKMARK only
-   advances the resourceVersion. A watch that ends normally is resumed from the
-   last resourceVersion seen, without a list.
+   reconnect in step). ADDED/MODIFIED upsert, DELETED removes (leaving a
+   tombstone at its resourceVersion), BOOKMARK only advances the resourceVersion.
+   A watch that ends normally is resumed from the last resourceVersion seen,
+   without a list.
 3. **410 Gone** (or an ``Expired`` error event) means our resourceVersion was
    compacted away: relist (consistent) and replace.
-4. Other errors (connection lost, 5xx, a watch silent past the client's inactivity
-   timeout) back off - 0.8 s doubling to 30 s with full jitter, reset after 2 min
-   without errors - and resume the watch (or retry the list).
+4. Transport and API errors (connection lost, 5xx, a watch silent past the
+   client's inactivity timeout, an undecodable line) back off and resume the watch
+   (or retry the list). **Any other exception** - a bug, a surprise from a library -
+   is logged with its traceback, backed off, and followed by a consistent relist,
+   since the store may have missed events: the loop ends only when cancelled, so
+   a cache never stays "synced" while frozen. Every error (not 410) counts in
+   ``reflector_errors_total{resource}``. The backoff is 0.8 s doubling up to 30 s,
+   each wait drawn uniformly from (0, that] (full jitter, never above the cap),
+   and starts over after 2 min without errors.
 5. A watch event older than what the store holds (a write-through of our own
-   newer write got there first) does not roll the store back.
+   newer write got there first) does not roll the store back, nor does one at or
+   below a tombstone bring a deleted object back.
 
 6. ``watch_list=True`` replaces step 1 by one watch with ``sendInitialEvents``
    (WatchList, on by default in the apiserver since 1.32): the initial state
@@ -33,6 +44,7 @@ is called after the first successful list.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import AsyncIterator, Callable
 
@@ -40,6 +52,7 @@ import aiohttp
 import structlog
 
 from runtime import clock as clock_
+from runtime import metrics
 from runtime.cache import store as store_
 from runtime.client import client as client_
 from runtime.client import errors, resources
@@ -52,9 +65,21 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 """The annotation on the BOOKMARK that ends a watch-list's initial events."""
 
 
+_errors = metrics.Family(
+    "reflector_errors_total",
+    "List and watch errors by resource (any error but 410 Gone); each is backed off",
+    "counter",
+    ("resource",),
+)
+
+_TRANSIENT = (errors.ApiError, aiohttp.ClientError, TimeoutError, json.JSONDecodeError)
+"""Errors after which the watch is resumed (or the list retried) without a relist."""
+
+
 class Backoff:
-    """Exponential backoff with full jitter: ``initial * 2**n`` up to ``cap``, randomised
-    into ``[d, 2d)``; resets once ``reset_after`` seconds passed since the last failure."""
+    """Exponential backoff with full jitter: the ``n``-th wait in a row is drawn uniformly
+    from ``(0, d]`` with ``d = min(initial * 2**n, cap)``, so it never exceeds ``cap``;
+    the sequence starts over once ``reset_after`` seconds passed since the last failure."""
 
     def __init__(
         self, initial: float = 0.8, cap: float = 30.0, reset_after: float = 120.0,
@@ -71,9 +96,9 @@ class Backoff:
         if self._last_failure is not None and now - self._last_failure > self.reset_after:
             self._next = self.initial
         self._last_failure = now
-        delay = min(self._next, self.cap)
+        ceiling = min(self._next, self.cap)
         self._next = min(self._next * 2, self.cap)
-        return delay * (1 + self._rng.random())
+        return ceiling * (1.0 - self._rng.random())  # random() is in [0, 1)
 
 
 class Reflector:
@@ -133,11 +158,21 @@ class Reflector:
             except errors.Gone as exc:
                 self.log.info("resourceVersion expired; relisting", error=str(exc))
                 need_list, relist_consistent = True, True
-            except (errors.ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except _TRANSIENT as exc:
+                _errors.counter(str(self.resource)).inc()
                 delay = self.backoff.next()
                 self.log.warning(
                     "list/watch failed; backing off", error=repr(exc), retry_in_s=round(delay, 2)
                 )
+                await asyncio.sleep(delay)
+            except Exception as exc:
+                _errors.counter(str(self.resource)).inc()
+                delay = self.backoff.next()
+                self.log.error(
+                    "list/watch failed unexpectedly; backing off, then relisting",
+                    error=repr(exc), retry_in_s=round(delay, 2), exc_info=exc,
+                )  # fmt: skip
+                need_list, relist_consistent = True, True
                 await asyncio.sleep(delay)
 
     async def _list(self, resource_version: str) -> None:
@@ -151,7 +186,7 @@ class Reflector:
         self._replace(result.items, result.resource_version)
 
     def _replace(self, items: list[store_.Obj], resource_version: str) -> None:
-        upserted, deleted = self.store.replace(items)
+        upserted, deleted = self.store.replace(items, resource_version)
         self.resource_version = resource_version
         self.lists += 1
         for obj, old in upserted:
@@ -212,14 +247,12 @@ class Reflector:
                 self.resource_version = rv
                 continue
             if kind in ("ADDED", "MODIFIED"):
-                key = store_.key_for(obj)
-                current = store.get(key)
-                current_rv = current["metadata"].get("resourceVersion") if current else None
-                if current is None or store_.newer(rv, current_rv):
-                    stored, old = store.upsert(obj)
+                applied = store.upsert_if_newer(obj)
+                if applied is not None:
+                    stored, old = applied
                     self.on_event("add" if old is None else "update", stored, old)
             elif kind == "DELETED":
-                gone = store.delete(store_.key_for(obj))
+                gone = store.delete(store_.key_for(obj), rv)
                 if gone is not None:
                     self.on_event("delete", gone, None)
             if rv:

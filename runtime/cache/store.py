@@ -18,8 +18,19 @@
   stored object's serialisation is remembered, and a read or replacement of an
   object whose content changed since it was stored raises
   :class:`CacheMutationError` naming it.
-- :meth:`Store.upsert_if_newer` is the write-through entry: it applies an object
-  only if its resourceVersion is newer than the stored one.
+- :meth:`Store.upsert_if_newer` applies an object only if its resourceVersion is
+  newer than both the stored one and the key's **tombstone**: a delete given a
+  resourceVersion (a watch's DELETED event, or a relist that no longer has the
+  key) remembers ``key -> resourceVersion`` for ``tombstone_ttl`` seconds (default
+  300), at most ``max_tombstones`` keys (default 10,000, oldest dropped first), so
+  an older copy of a deleted object - our own write's reply arriving after the
+  DELETED event, a lagging list - is never stored again. A newer object of the same
+  name (a re-creation) is.
+- :meth:`Store.replace` given the list's resourceVersion keeps what is newer than
+  the list: a stored object whose resourceVersion is above the listed one's (our
+  write-through got there first) stays, and a stored object missing from the list
+  but newer than the list itself (written after the snapshot) is not deleted.
+  Comparisons of resourceVersions that are not integers never keep the stored copy.
 
 The store belongs to one event loop and is not thread-safe.
 
@@ -33,7 +44,10 @@ False
 >>> [o["metadata"]["name"] for o in store.by_index("namespace", "ns")]
 ['a']
 >>> store.upsert_if_newer({"metadata": {"namespace": "ns", "name": "a", "resourceVersion": "4"}})
-False
+>>> _ = store.delete("ns/a", resource_version="6")
+>>> store.upsert_if_newer({"metadata": {"namespace": "ns", "name": "a", "resourceVersion": "6"}})
+>>> store.tombstone("ns/a")
+'6'
 """
 
 from __future__ import annotations
@@ -43,6 +57,8 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
+
+from runtime import clock as clock_
 
 __all__ = [
     "CacheMutationError",
@@ -140,6 +156,22 @@ def newer(candidate: str | None, current: str | None) -> bool:
         return candidate != current
 
 
+def _provably_newer(candidate: str | None, current: str | None) -> bool:
+    """Whether both resourceVersions are integers and ``candidate`` is the larger: the
+    only case in which a stored object may be kept over what the server just listed."""
+    if candidate is None or current is None:
+        return False
+    try:
+        return int(candidate) > int(current)
+    except ValueError:
+        return False
+
+
+def _rv(obj: Mapping[str, Any]) -> str | None:
+    rv = obj["metadata"].get("resourceVersion")
+    return str(rv) if rv else None
+
+
 def _fingerprint(obj: Obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
@@ -153,14 +185,21 @@ class Store:
         *,
         transform: Transform | None = default_transform,
         debug: bool = False,
+        clock: clock_.Clock | None = None,
+        tombstone_ttl: float = 300.0,
+        max_tombstones: int = 10_000,
     ) -> None:
         self.indexers: dict[str, Indexer] = {"namespace": namespace_index, "owner": owner_index}
         self.indexers.update(indexers or {})
         self.transform = transform
         self.debug = debug
+        self.tombstone_ttl = tombstone_ttl
+        self.max_tombstones = max_tombstones
+        self._clock = clock or clock_.REAL_CLOCK
         self._items: dict[str, Obj] = {}
         self._indices: dict[str, dict[str, set[str]]] = {}  # built ones only
         self._fingerprints: dict[str, str] = {}
+        self._tombstones: dict[str, tuple[str, float]] = {}  # key -> (RV, when); oldest first
 
     # -- reads (no copies) -------------------------------------------------------------------
 
@@ -185,6 +224,26 @@ class Store:
 
     def keys(self) -> Iterator[str]:
         return iter(list(self._items))
+
+    def tombstone(self, key: str) -> str | None:
+        """The resourceVersion at which ``key`` was deleted, while remembered."""
+        entry = self._tombstones.get(key)
+        if entry is None:
+            return None
+        if self._clock.now() - entry[1] > self.tombstone_ttl:
+            del self._tombstones[key]
+            return None
+        return entry[0]
+
+    def accepts(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` is newer than the stored copy and than the key's tombstone."""
+        key = key_for(obj)
+        rv = _rv(obj)
+        current = self._items.get(key)
+        if current is not None and not newer(rv, _rv(current)):
+            return False
+        tombstone = self.tombstone(key)
+        return tombstone is None or newer(rv, tombstone)
 
     def by_index(self, index: str, value: str) -> builtins.list[Obj]:
         """Objects whose ``index`` values include ``value`` (builds the index once)."""
@@ -222,23 +281,24 @@ class Store:
         if previous is not None and self.debug:
             self._check(key, previous)
         self._items[key] = obj
+        self._tombstones.pop(key, None)
         self._reindex(key, obj, previous)
         if self.debug:
             self._fingerprints[key] = _fingerprint(obj)
         return obj, previous
 
-    def upsert_if_newer(self, obj: Obj) -> bool:
-        """Write-through: store ``obj`` only if its resourceVersion is newer than ours."""
-        key = key_for(obj)
-        current = self._items.get(key)
-        if current is not None and not newer(
-            obj["metadata"].get("resourceVersion"), current["metadata"].get("resourceVersion")
-        ):
-            return False
-        self.upsert(obj)
-        return True
+    def upsert_if_newer(self, obj: Obj) -> tuple[Obj, Obj | None] | None:
+        """Store ``obj`` if :meth:`accepts` it; returns ``(stored, previous)``, else ``None``."""
+        return self.upsert(obj) if self.accepts(obj) else None
 
-    def delete(self, key: str) -> Obj | None:
+    def delete(self, key: str, resource_version: str | None = None) -> Obj | None:
+        """Remove ``key``; with the deletion's ``resource_version``, remember a tombstone, and
+        keep a stored object that is provably newer than the deletion (a re-creation)."""
+        if resource_version:
+            self._bury(key, resource_version)
+            current = self._items.get(key)
+            if current is not None and _provably_newer(_rv(current), resource_version):
+                return None
         previous = self._items.pop(key, None)
         if previous is None:
             return None
@@ -249,25 +309,54 @@ class Store:
         return previous
 
     def replace(
-        self, objs: Iterable[Obj]
+        self, objs: Iterable[Obj], resource_version: str | None = None
     ) -> tuple[builtins.list[tuple[Obj, Obj | None]], builtins.list[Obj]]:
-        """Make the store hold exactly ``objs``.
+        """Make the store hold ``objs``, a list taken at ``resource_version``.
 
-        Returns ``(upserted, deleted)``: ``(stored, previous)`` pairs for every object
-        given, and the objects that vanished (their keys were not in ``objs``).
+        Without ``resource_version`` the store then holds exactly ``objs``. With it,
+        what is newer than the list survives (see the module docstring), listed objects
+        at or below their key's tombstone are skipped, and vanished keys get a tombstone
+        at ``resource_version``. Returns ``(upserted, deleted)``: ``(stored, previous)``
+        pairs for the objects stored, and the objects that vanished.
         """
-        upserted = [self.upsert(obj) for obj in objs]
-        seen = {key_for(stored) for stored, _ in upserted}
-        deleted = [
-            gone for key in list(self._items) if key not in seen
-            if (gone := self.delete(key)) is not None
-        ]  # fmt: skip
+        upserted: builtins.list[tuple[Obj, Obj | None]] = []
+        seen: set[str] = set()
+        for obj in objs:
+            key = key_for(obj)
+            seen.add(key)
+            if resource_version:
+                current = self._items.get(key)
+                if current is not None and _provably_newer(_rv(current), _rv(obj)):
+                    continue  # our write-through is newer than the snapshot
+                tombstone = self.tombstone(key)
+                if tombstone is not None and not newer(_rv(obj), tombstone):
+                    continue  # deleted after the snapshot was taken
+            upserted.append(self.upsert(obj))
+        deleted = []
+        for key in [k for k in self._items if k not in seen]:
+            current = self._items[key]
+            if resource_version and _provably_newer(_rv(current), resource_version):
+                continue  # written after the snapshot was taken
+            gone = self.delete(key, resource_version)
+            if gone is not None:
+                deleted.append(gone)
         return upserted, deleted
 
     def verify(self) -> None:
         """Debug mode: raise :class:`CacheMutationError` if any stored object was mutated."""
         for key, obj in self._items.items():
             self._check(key, obj)
+
+    def _bury(self, key: str, resource_version: str) -> None:
+        tombstones = self._tombstones
+        tombstones.pop(key, None)  # re-inserted last: the dict stays oldest first
+        now = self._clock.now()
+        tombstones[key] = (resource_version, now)
+        while tombstones:
+            oldest, (_, when) = next(iter(tombstones.items()))
+            if len(tombstones) <= self.max_tombstones and now - when <= self.tombstone_ttl:
+                break
+            del tombstones[oldest]
 
     def _check(self, key: str, obj: Obj) -> None:
         expected = self._fingerprints.get(key)

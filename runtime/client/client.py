@@ -11,6 +11,8 @@ Contract:
   none in total but an **inactivity** timeout (``Options.watch_inactivity_timeout``,
   default 120 s, longer than the server's bookmark interval) so a silent
   half-open stream is noticed.
+- **Watch events of any size** are read: the stream is split on newlines here, with
+  no line-length limit (an event carries a whole object, up to etcd's ~1.5 MiB).
 - **Errors are typed** (:mod:`runtime.client.errors`), carrying the server's message.
 - **Retries** (tenacity, ``Options.max_attempts`` attempts, default 5): 429 on any
   verb, honouring ``Retry-After`` (the request was not processed); 5xx and
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
+import io
 import json
 import os
 import ssl
@@ -57,6 +60,9 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
     "apply": "application/apply-patch+yaml",
 }
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+_LARGE_BODY = 512 * 1024
+"""Request bodies above this many bytes are streamed from a buffer (objects go up to
+etcd's ~1.5 MiB; aiohttp warns about raw bytes bodies over 1 MiB)."""
 
 Obj = dict[str, Any]
 WatchEvent = dict[str, Any]
@@ -290,9 +296,11 @@ class Client:
         content_type: str | None, request_timeout: float | None,
     ) -> Any:  # fmt: skip
         await self._throttle()
-        data = None
+        data: bytes | io.BytesIO | None = None
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            if len(data) > _LARGE_BODY:
+                data = io.BytesIO(data)  # aiohttp streams it (and warns about raw bytes)
             content_type = content_type or "application/json"
         session = self._get_session()
         async with session.request(
@@ -478,7 +486,7 @@ class Client:
                 raise errors.from_status(
                     response.status, decoded if isinstance(decoded, dict) else {}
                 )
-            async for line in response.content:
+            async for line in _lines(response.content):
                 if not line.strip():
                     continue
                 event: WatchEvent = json.loads(line)
@@ -506,6 +514,29 @@ class Client:
 
     def _manager(self) -> dict[str, Any]:
         return {"fieldManager": self.options.field_manager}
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The newline-separated lines of a stream, of any length.
+
+    aiohttp's own line reader raises ``LineTooLong`` past a limit (512 KiB in aiohttp
+    3.x) that a watch event of a large object (etcd allows ~1.5 MiB) exceeds, so the
+    chunks are split here; a line spanning chunks is joined once, when it ends.
+    """
+    pending = bytearray()
+    async for chunk in stream.iter_any():
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            if pending:
+                pending += chunk[start:end]
+                yield bytes(pending)
+                pending.clear()
+            else:
+                yield chunk[start:end]
+            start = end + 1
+        pending += chunk[start:]
+    if pending:
+        yield bytes(pending)
 
 
 def _query(query: Mapping[str, Any] | None) -> dict[str, str]:

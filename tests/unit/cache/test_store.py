@@ -95,3 +95,62 @@ def test_label_index_is_built_on_first_use_and_maintained() -> None:
     assert store.by_label("app", "web") == []
     assert store.by_label("app", "db") == []
     assert list(store._indices) == ["label:app"], "only the label keys asked for"
+
+
+def test_tombstones_refuse_older_copies_of_deleted_objects() -> None:
+    store = store_.Store()
+    store.upsert(obj("a", rv="5"))
+    assert store.delete("ns/a", resource_version="7") is not None
+    assert store.tombstone("ns/a") == "7"
+    assert store.upsert_if_newer(obj("a", rv="6")) is None
+    assert store.upsert_if_newer(obj("a", rv="7")) is None
+    assert "ns/a" not in store
+    assert store.delete("ns/gone", resource_version="9") is None  # remembered even if absent
+    assert store.upsert_if_newer(obj("gone", rv="8")) is None
+    assert store.upsert_if_newer(obj("a", rv="8")) is not None, "a re-creation is newer"
+    assert store.tombstone("ns/a") is None, "and clears the tombstone"
+
+
+def test_a_late_delete_does_not_remove_a_newer_re_creation() -> None:
+    store = store_.Store()
+    store.upsert(obj("a", rv="12"))  # our create's write-through, before the old DELETED event
+    assert store.delete("ns/a", resource_version="11") is None
+    assert store.get("ns/a")["metadata"]["resourceVersion"] == "12"  # type: ignore[index]
+
+
+def test_tombstones_are_bounded_in_time_and_number() -> None:
+    from runtime.testing import clock as fake_clock
+
+    clock = fake_clock.FakeClock()
+    store = store_.Store(clock=clock, tombstone_ttl=60, max_tombstones=3)
+    store.delete("ns/a", resource_version="1")
+    clock.advance(61)
+    assert store.tombstone("ns/a") is None, "expired"
+    assert store.upsert_if_newer(obj("a", rv="1")) is not None
+    for i, name in enumerate("bcde"):
+        store.delete(f"ns/{name}", resource_version=str(10 + i))
+    assert [store.tombstone(f"ns/{n}") for n in "bcde"] == [None, "11", "12", "13"]
+    assert len(store._tombstones) == 3
+
+
+def test_replace_with_a_resource_version_keeps_what_is_newer_than_the_list() -> None:
+    store = store_.Store()
+    store.upsert(obj("a", rv="9"))  # written through after the list's snapshot (RV 8)
+    store.upsert(obj("b", rv="10"))  # created by us after the snapshot
+    store.upsert(obj("c", rv="3"))  # deleted before the snapshot
+    store.delete("ns/d", resource_version="12")  # deleted after the snapshot
+    upserted, deleted = store.replace([obj("a", rv="8"), obj("d", rv="4"), obj("e", rv="6")], "8")
+    assert [o["metadata"]["name"] for o, _ in upserted] == ["e"]
+    assert [o["metadata"]["name"] for o in deleted] == ["c"]
+    versions = {store_.key_for(o): o["metadata"]["resourceVersion"] for o in store.list()}
+    assert versions == {"ns/a": "9", "ns/b": "10", "ns/e": "6"}
+    assert store.tombstone("ns/c") == "8"
+
+
+def test_replace_never_keeps_a_stored_copy_over_opaque_resource_versions() -> None:
+    store = store_.Store()
+    store.upsert(obj("a", rv="zz"))
+    store.upsert(obj("b", rv="yy"))
+    _, deleted = store.replace([obj("a", rv="xx")], "ww")
+    assert store.get("ns/a")["metadata"]["resourceVersion"] == "xx"  # type: ignore[index]
+    assert [o["metadata"]["name"] for o in deleted] == ["b"]
