@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import pathlib
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -40,3 +44,20 @@ def eventually_sync(check: Callable[[], T | None], within: float = 30.0, what: s
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not met within {within} s (last value: {value!r})")
         time.sleep(0.1)
+
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+def spawn_slow_manager(
+    kubeconfig: pathlib.Path, namespace: str, log: pathlib.Path, *args: str
+) -> subprocess.Popen[bytes]:
+    """Start ``testdata/slow_manager.py`` (``args``: reconcile seconds, shutdown budget),
+    its output going to ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "tests/integration/testdata/slow_manager.py"),
+             str(kubeconfig), namespace, *args],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip

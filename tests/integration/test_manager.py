@@ -141,7 +141,7 @@ async def test_sigterm_lets_the_in_flight_reconcile_finish(
     tmp_path: pathlib.Path,
 ) -> None:  # fmt: skip
     log = tmp_path / "slow.log"
-    proc = spawn_slow_manager(control_plane, namespace, log)
+    proc = helpers.spawn_slow_manager(control_plane.kubeconfig, namespace, log)
     try:
         await client.create(configmap("slow", namespace))
 
@@ -232,18 +232,6 @@ async def test_an_event_storm_is_aggregated(client: client_.Client, namespace: s
     assert 1 <= len(ours) <= 3, [e["message"] for e in ours]
     assert sum(e["count"] for e in ours) <= 25, "the spam filter caps writes per object"
     assert max(e["count"] for e in ours) > 1, "repeats update one Event"
-
-
-def spawn_slow_manager(
-    control_plane: controlplane.ControlPlane, namespace: str, log: pathlib.Path
-) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, str(ROOT / "tests/integration/testdata/slow_manager.py"),
-             str(control_plane.kubeconfig), namespace],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
 
 
 def _crd(group: str) -> dict[str, Any]:

@@ -4,11 +4,8 @@ the deployed RBAC, a forbidden lease, a partitioned leader, a second SIGTERM."""
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -306,14 +303,15 @@ async def test_a_second_sigterm_exits_at_once(
     tmp_path: pathlib.Path,
 ) -> None:
     log = tmp_path / "stubborn.log"
-    proc = spawn_stubborn_manager(control_plane, namespace, log)
+    # A reconcile of 10 min, a shutdown budget of 2 min: the first SIGTERM waits.
+    proc = helpers.spawn_slow_manager(control_plane.kubeconfig, namespace, log, "600", "120")
     try:
         await client.create({"apiVersion": "v1", "kind": "ConfigMap",
                              "metadata": {"name": "stubborn", "namespace": namespace}})  # fmt: skip
 
         async def started() -> bool:
             obj = await client.get(CM, namespace, "stubborn")
-            return (obj["metadata"].get("annotations") or {}).get("stubborn/phase") == "started"
+            return (obj["metadata"].get("annotations") or {}).get("slow/phase") == "started"
 
         await helpers.eventually(started, 30, "the endless reconcile to start")
         proc.send_signal(signal.SIGTERM)
@@ -330,15 +328,3 @@ async def test_a_second_sigterm_exits_at_once(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def spawn_stubborn_manager(
-    control_plane: controlplane.ControlPlane, namespace: str, log: pathlib.Path
-) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, str(ROOT / "tests/integration/testdata/stubborn_manager.py"),
-             str(control_plane.kubeconfig), namespace],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip

@@ -1,5 +1,11 @@
-"""A manager whose reconcile takes 3 s: marks the ConfigMap "started", sleeps, marks it
-"finished". Used to show that SIGTERM lets an in-flight reconcile finish."""
+"""A manager whose reconcile is slow: marks the ConfigMap "started", sleeps, marks it
+"finished".
+
+    slow_manager.py KUBECONFIG NAMESPACE [RECONCILE_SECONDS [SHUTDOWN_BUDGET]]
+
+With the defaults (3 s, 30 s) it shows that SIGTERM lets an in-flight reconcile finish;
+with a reconcile longer than the budget (600 s, 120 s) a first SIGTERM leaves the process
+waiting, which shows that a second one exits at once."""
 
 from __future__ import annotations
 
@@ -11,13 +17,16 @@ import runtime
 CM = runtime.client.resources.default_registry.for_kind("v1", "ConfigMap")
 
 
-async def main(kubeconfig: str, namespace: str) -> int:
+async def main(kubeconfig: str, namespace: str, seconds: float, budget: float) -> int:
     runtime.log.configure("json")
     client = await runtime.client.Client.from_kubeconfig(kubeconfig)
     manager = runtime.Manager(
         client,
         runtime.ManagerOptions(
-            namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0"
+            namespace=namespace,
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            graceful_shutdown_timeout=budget,
         ),
     )
 
@@ -27,14 +36,22 @@ async def main(kubeconfig: str, namespace: str) -> int:
             return runtime.Result()
         patch = {"metadata": {"annotations": {"slow/phase": "started"}}}
         await client.patch(CM, request.namespace, request.name, patch)
-        await asyncio.sleep(3)
+        await asyncio.sleep(seconds)
         patch = {"metadata": {"annotations": {"slow/phase": "finished"}}}
         await client.patch(CM, request.namespace, request.name, patch)
         return runtime.Result()
 
-    runtime.Builder(manager).for_(CM).named("slow").complete(reconcile)
+    (
+        runtime.Builder(manager)
+        .for_(CM)
+        .named("slow")
+        .with_options(graceful_shutdown_timeout=budget)
+        .complete(reconcile)
+    )
     return await runtime.manager.serve(manager)
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main(sys.argv[1], sys.argv[2])))
+    given = sys.argv[3:5]
+    seconds, budget = (float(a) for a in [*given, *["3", "30"][len(given) :]])
+    raise SystemExit(asyncio.run(main(sys.argv[1], sys.argv[2], seconds, budget)))
