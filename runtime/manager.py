@@ -241,24 +241,18 @@ class Manager:
     async def _wait_for_caches(self, stop: asyncio.Event) -> bool:
         """True once the caches synced, False if ``stop`` was set first."""
         timeout = self.options.cache_sync_timeout
-        sync = asyncio.create_task(self.cache.wait_for_sync(), name="cache-sync")
         try:
-            async with asyncio.timeout(timeout):
-                await aio.wait_first(stop, tasks=[sync])
+            synced = await aio.wait_unless_stopped(
+                self.cache.wait_for_sync(), stop, timeout, "cache-sync"
+            )
         except TimeoutError:
             raise TimeoutError(
                 f"caches did not sync within {timeout} s "
                 "(is the CRD installed, and does RBAC allow list/watch?)"
             ) from None
-        finally:
-            if not sync.done():
-                sync.cancel()
-                await asyncio.gather(sync, return_exceptions=True)
-        if stop.is_set():
+        if not synced:
             self.log.info("stop requested while waiting for the caches")
-            return False
-        sync.result()  # a failure of the wait itself
-        return True
+        return synced
 
     def _launch(self, runnable: Runnable) -> _Started:
         own_stop = asyncio.Event()

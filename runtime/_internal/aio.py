@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
-__all__ = ["cancel_and_wait", "wait_first"]
+__all__ = ["cancel_and_wait", "wait_first", "wait_unless_stopped"]
 
 
 async def wait_first(*events: asyncio.Event, tasks: Iterable[asyncio.Future[Any]] = ()) -> None:
@@ -46,3 +46,32 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
         pending = {task for task in pending if not task.done()}
     if interrupted is not None:
         raise interrupted
+
+
+async def wait_unless_stopped(
+    work: Coroutine[Any, Any, None], stop: asyncio.Event, within: float, name: str = ""
+) -> bool:
+    """Run ``work`` until it is done (True) or ``stop`` is set first (False).
+
+    Raises :class:`TimeoutError` if neither happens ``within`` seconds, whatever
+    ``work`` raised, and :class:`RuntimeError` if ``work`` ended cancelled (by
+    something inside it: a cancellation that is not the caller's must not look like
+    one). ``work`` never outlives the call.
+    """
+    task = asyncio.create_task(work, name=name or None)
+    timed_out = False
+    try:
+        async with asyncio.timeout(within):
+            await wait_first(stop, tasks=[task])
+    except TimeoutError:
+        timed_out = not task.done()
+    finally:
+        await cancel_and_wait([task])
+    if stop.is_set():
+        return False
+    if timed_out:
+        raise TimeoutError(f"not done within {within} s")
+    if task.cancelled():
+        raise RuntimeError(f"{task.get_name()} was cancelled from within")
+    task.result()  # its failure is ours
+    return True

@@ -146,25 +146,14 @@ class Engine:
         syncing = [s for s in self.sources if isinstance(s, source_.SyncingSource)]
         if not syncing:
             return not stop.is_set()
-        sync = asyncio.create_task(_sync_all(syncing), name=f"{self.name}-cache-sync")
-        timed_out = False
         try:
-            async with asyncio.timeout(self.cache_sync_timeout):
-                await aio.wait_first(stop, tasks=[sync])
+            return await aio.wait_unless_stopped(
+                _sync_all(syncing), stop, self.cache_sync_timeout, f"{self.name}-cache-sync"
+            )
         except TimeoutError:
-            timed_out = not sync.done()
-        finally:
-            await aio.cancel_and_wait([sync])
-        if stop.is_set():
-            return False
-        if timed_out:
             raise TimeoutError(
                 f"controller {self.name!r}: caches did not sync within {self.cache_sync_timeout} s"
-            )
-        if sync.cancelled():
-            raise RuntimeError(f"controller {self.name!r}: waiting for cache sync was cancelled")
-        sync.result()  # a source whose wait_for_sync failed fails the start
-        return True
+            ) from None
 
     async def _run_workers(self, stop: asyncio.Event) -> None:
         tasks: list[asyncio.Task[None]] = []
