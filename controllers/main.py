@@ -42,6 +42,7 @@ class Settings(BaseSettings):
         cli_implicit_flags=True,
         env_prefix="RAYSERVICE_",
         extra="forbid",
+        cli_exit_on_error=False,  # a SettingsError, reported in one line (no usage text)
     )
 
     kubeconfig: pathlib.Path | None = Field(
@@ -72,6 +73,7 @@ class Settings(BaseSettings):
 
 
 def _fail(message: str) -> int:
+    message = " ".join(message.split())  # one line, also for multi-line library errors
     print(f"rayservice-manager: error: {message}", file=sys.stderr)
     return 2
 

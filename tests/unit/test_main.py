@@ -1,0 +1,301 @@
+"""``rayservice-manager`` (controllers/main.py) in-process: exit 2 with one line on bad
+configuration, flags and ``RAYSERVICE_*`` variables reaching the Manager, the kubeconfig
+search order. ``manager.serve`` is replaced, so no manager ever runs here."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.config import incluster_config
+
+import controllers
+from controllers import main
+from runtime import log, manager
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+class Ran:
+    """What ``main`` handed over: the Manager given to ``serve``, ``setup``'s and
+    ``log.configure``'s arguments."""
+
+    def __init__(self) -> None:
+        self.managers: list[manager.Manager] = []
+        self.setup: list[dict[str, Any]] = []
+        self.logging: list[tuple[str, str]] = []
+        self.exit_code = 0
+
+    @property
+    def options(self) -> manager.Options:
+        assert len(self.managers) == 1, f"serve() called {len(self.managers)} times"
+        return self.managers[0].options
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Ran:
+    """``serve``, ``controllers.setup`` and ``log.configure`` replaced by recorders; no
+    RAYSERVICE_*, kubeconfig or in-cluster variables from the outside; HOME is empty."""
+
+    for name in list(os.environ):
+        if name.startswith("RAYSERVICE_") or name in (
+            "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "POD_NAMESPACE",
+        ):  # fmt: skip
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    record = Ran()
+
+    async def serve(mgr: manager.Manager) -> int:
+        record.managers.append(mgr)
+        await mgr.client.close()
+        return record.exit_code
+
+    def setup(mgr: manager.Manager, **kwargs: Any) -> list[Any]:
+        record.setup.append(kwargs)
+        return []
+
+    monkeypatch.setattr(manager, "serve", serve)
+    monkeypatch.setattr(controllers, "setup", setup)
+    monkeypatch.setattr(log, "configure", lambda fmt, level: record.logging.append((fmt, level)))
+    return record
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    return path
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
+    assert lines[0].startswith("rayservice-manager: error: "), lines[0]
+    return lines[0]
+
+
+# -- bad configuration: exit 2, one line, nothing started ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--reconcile-concurrency=0"], "--reconcile-concurrency"),
+        (["--reconcile-concurrency=many"], "--reconcile-concurrency"),
+        (["--qps=-1"], "--qps"),
+        (["--burst=0"], "--burst"),
+        (["--log-format=xml"], "--log-format"),
+        (["--log-level=loud"], "--log-level"),
+        (["--no-such-flag"], "--no-such-flag"),
+        (["--leader-elect=maybe"], "--leader-elect"),
+        (["--reconcile-concurrency"], "--reconcile-concurrency"),  # the value is missing
+        (["stray-positional"], "stray-positional"),
+        (["--namespace=a", "--namespace=b"], "several namespaces"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_bad_flags_exit_2_with_one_line_naming_them(
+    ran: Ran, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    assert main.main(argv) == 2
+    assert says in one_error_line(capsys)
+    assert ran.managers == [], "nothing is started"
+    assert ran.logging == []
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("RAYSERVICE_RECONCILE_CONCURRENCY", "0", "reconcile-concurrency"),
+        ("RAYSERVICE_LEADER_ELECT", "maybe", "leader-elect"),
+        ("RAYSERVICE_LOG_FORMAT", "xml", "log-format"),
+        ("RAYSERVICE_NAMESPACE", '["a", "b"]', "several namespaces"),
+    ],
+)
+def test_bad_environment_values_exit_2_with_one_line(
+    ran: Ran, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    variable: str, value: str, says: str,
+) -> None:  # fmt: skip
+    monkeypatch.setenv(variable, value)
+    assert main.main([]) == 2
+    assert says in one_error_line(capsys)
+    assert ran.managers == []
+
+
+def test_help_lists_every_flag_and_exits_0(ran: Ran, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main.main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for field in main.Settings.model_fields:
+        assert "--" + field.replace("_", "-") in out, field
+    assert ran.managers == []
+
+
+# -- the kubeconfig: flag, then $KUBECONFIG, then in-cluster, then ~/.kube/config ------------
+
+
+def test_a_missing_kubeconfig_exits_2_naming_it(
+    ran: Ran, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    assert main.main(["--kubeconfig", str(tmp_path / "nope")]) == 2
+    line = one_error_line(capsys)
+    assert "cannot load the kubeconfig" in line
+    assert str(tmp_path / "nope") in line
+    assert ran.managers == []
+    assert ran.logging == [("auto", "info")], "logging is set up before the client"
+
+
+def test_without_any_kubeconfig_the_default_path_is_named(
+    ran: Ran, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    assert main.main([]) == 2
+    assert str(tmp_path / "home" / ".kube" / "config") in one_error_line(capsys)
+
+
+def test_kubeconfig_variable_is_used_and_the_flag_wins_over_it(
+    ran: Ran, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    kubeconfig: pathlib.Path, tmp_path: pathlib.Path,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "from-env"))
+    assert main.main([]) == 2
+    assert str(tmp_path / "from-env") in one_error_line(capsys)
+    assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
+    assert len(ran.managers) == 1
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert main.main([]) == 0
+    assert len(ran.managers) == 2
+
+
+def test_kubeconfig_variable_wins_over_in_cluster(
+    ran: Ran, monkeypatch: pytest.MonkeyPatch, kubeconfig: pathlib.Path
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "1")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert main.main([]) == 0
+    assert ran.managers[0].client.host == "http://127.0.0.1:1"
+
+
+@pytest.fixture
+def service_account(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> pathlib.Path:
+    """In a pod: the API server's address in the environment, the service account's files
+    where kubernetes-asyncio looks for them (here: in ``tmp_path``, not yet written)."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "1")
+    account = tmp_path / "serviceaccount"
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(account / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(account / "ca.crt"))
+    return account
+
+
+def test_in_cluster_the_service_account_is_used_before_the_home_kubeconfig(
+    ran: Ran, service_account: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    service_account.mkdir()
+    (service_account / "token").write_text("sa-token")
+    (service_account / "ca.crt").write_text("not checked before the first request")
+    (tmp_path / "home" / ".kube").mkdir(parents=True)
+    (tmp_path / "home" / ".kube" / "config").write_text("not: [a kubeconfig")
+    assert main.main([]) == 0
+    assert ran.managers[0].client.host == "https://127.0.0.1:1"
+
+
+def test_in_cluster_without_a_service_account_exits_2(
+    ran: Ran, capsys: pytest.CaptureFixture[str], service_account: pathlib.Path
+) -> None:
+    assert main.main([]) == 2  # in-cluster was tried, not ~/.kube/config
+    line = one_error_line(capsys)
+    assert "cannot load the kubeconfig" in line
+    assert ".kube" not in line
+
+
+def test_an_unparsable_kubeconfig_is_reported_on_one_line(
+    ran: Ran, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [\n  - name: c\n")  # YAML's message spans several lines
+    assert main.main(["--kubeconfig", str(broken)]) == 2
+    assert "cannot load the kubeconfig" in one_error_line(capsys)
+
+
+# -- settings reach the Manager ----------------------------------------------------------------
+
+
+def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
+    options = ran.options
+    assert options == manager.Options(), "the binary's defaults are the Manager's"
+    assert ran.managers[0].cache.namespace is None, "all namespaces"
+    assert ran.setup == [{"max_concurrent_reconciles": 1}]
+    assert ran.logging == [("auto", "info")]
+    client_options = ran.managers[0].client.options
+    assert (client_options.qps, client_options.burst) == (None, 10)
+
+
+def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    argv = [
+        "--kubeconfig", str(kubeconfig), "--namespace", "team-a", "--leader-elect",
+        "--leader-election-id", "my-lease", "--leader-election-namespace", "ops",
+        "--metrics-bind-address", "127.0.0.1:9090", "--health-probe-bind-address", "0",
+        "--reconcile-concurrency", "4", "--qps", "20", "--burst", "40",
+        "--log-format", "json", "--log-level", "debug",
+    ]  # fmt: skip
+    assert main.main(argv) == 0
+    mgr = ran.managers[0]
+    assert mgr.options == manager.Options(
+        namespace="team-a", leader_election=True, leader_election_id="my-lease",
+        leader_election_namespace="ops", metrics_bind_address="127.0.0.1:9090",
+        health_probe_bind_address="0",
+    )  # fmt: skip
+    assert mgr.cache.namespace == "team-a", "the informers watch that namespace only"
+    assert ran.setup == [{"max_concurrent_reconciles": 4}]
+    assert (mgr.client.options.qps, mgr.client.options.burst) == (20.0, 40)
+    assert ran.logging == [("json", "debug")]
+
+
+def test_environment_variables_reach_the_manager_and_flags_win(
+    ran: Ran, monkeypatch: pytest.MonkeyPatch, kubeconfig: pathlib.Path
+) -> None:
+    for name, value in {
+        "KUBECONFIG": str(kubeconfig),
+        "RAYSERVICE_NAMESPACE": '["team-b"]',
+        "RAYSERVICE_LEADER_ELECT": "true",
+        "RAYSERVICE_LEADER_ELECTION_ID": "env-lease",
+        "RAYSERVICE_METRICS_BIND_ADDRESS": "127.0.0.1:9100",
+        "RAYSERVICE_HEALTH_PROBE_BIND_ADDRESS": "127.0.0.1:9101",
+        "RAYSERVICE_RECONCILE_CONCURRENCY": "3",
+        "RAYSERVICE_QPS": "5",
+        "RAYSERVICE_LOG_LEVEL": "warning",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert main.main([]) == 0
+    mgr = ran.managers[0]
+    assert mgr.options == manager.Options(
+        namespace="team-b", leader_election=True, leader_election_id="env-lease",
+        metrics_bind_address="127.0.0.1:9100", health_probe_bind_address="127.0.0.1:9101",
+    )  # fmt: skip
+    assert ran.setup == [{"max_concurrent_reconciles": 3}]
+    assert mgr.client.options.qps == 5.0
+    assert ran.logging == [("auto", "warning")]
+    # A flag overrides its variable.
+    assert main.main(["--reconcile-concurrency", "7", "--no-leader-elect"]) == 0
+    assert ran.setup[-1] == {"max_concurrent_reconciles": 7}
+    assert ran.managers[-1].options.leader_election is False
+
+
+def test_the_exit_code_is_serves(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    ran.exit_code = 1  # the manager failed, or lost its Lease
+    assert main.main(["--kubeconfig", str(kubeconfig)]) == 1
+    assert len(ran.managers) == 1
