@@ -77,6 +77,18 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leader-elect", action="store_true")
     parser.add_argument("--metrics-bind-address", default="127.0.0.1:8080")
     parser.add_argument("--health-probe-bind-address", default="127.0.0.1:8081")
+    defaults = runtime.ManagerOptions()
+    parser.add_argument(
+        "--leader-elect-lease-duration",
+        type=int,
+        default=int(defaults.lease_duration),
+        help="whole seconds",
+    )
+    parser.add_argument(
+        "--leader-elect-renew-deadline", type=float, default=defaults.renew_deadline
+    )
+    parser.add_argument("--leader-elect-retry-period", type=float,
+                        default=defaults.retry_period)  # fmt: skip
     args = parser.parse_args(argv)
     runtime.log.configure("json")
     client = await runtime.client.Client.from_kubeconfig(args.kubeconfig)
@@ -86,6 +98,9 @@ async def main(argv: list[str] | None = None) -> int:
             namespace=args.namespace,
             leader_election=args.leader_elect,
             leader_election_id="configmap-mirror",
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
             metrics_bind_address=args.metrics_bind_address,
             health_probe_bind_address=args.health_probe_bind_address,
         ),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import pathlib
 import signal
@@ -11,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -55,6 +54,16 @@ async def mirrored(client: client_.Client, namespace: str, name: str) -> dict[st
         return None
 
 
+# Leader election settings the failover test runs the example with (controller-runtime's
+# defaults are 15 s / 10 s / 2 s; these keep lease > renew deadline > 1.2 x retry).
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4, 3.0, 1.0
+# After a SIGKILL the standby takes over once the Lease has gone unrenewed for a lease
+# duration by its own clock: it notices the last renewal within one jittered retry
+# (1.2 x retry) and, once that lease has run out, tries again within another. The leader
+# renews every retry period: that much again covers latency and our polling.
+FAILOVER_BOUND = LEASE_DURATION + 2 * 1.2 * RETRY_PERIOD + RETRY_PERIOD
+
+
 class Process:
     """The example operator as a separate process with its own ports."""
 
@@ -68,18 +77,32 @@ class Process:
         return subprocess.Popen(
             [sys.executable, "-m", "examples.configmap_mirror", "--kubeconfig", str(kubeconfig),
              "--namespace", namespace, "--leader-elect",
+             f"--leader-elect-lease-duration={LEASE_DURATION}",
+             f"--leader-elect-renew-deadline={RENEW_DEADLINE}",
+             f"--leader-elect-retry-period={RETRY_PERIOD}",
              f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
              f"--health-probe-bind-address=127.0.0.1:{self.probe_port}"],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            # the Lease lives in the pod's namespace: here, the test's own
+            env={**os.environ, "PYTHONPATH": str(ROOT), "POD_NAMESPACE": namespace},
         )  # fmt: skip
 
-    async def is_leader(self) -> bool:
+    async def master_status(self) -> float | None:
+        """``leader_election_master_status`` (1 leading, 0 standby), None before it is served."""
         try:
             _, text = await http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
         except (aiohttp.ClientError, OSError):
-            return False
-        return 'leader_election_master_status{name="configmap-mirror"} 1.0' in text
+            return None
+        prefix = 'leader_election_master_status{name="configmap-mirror"} '
+        values = [float(line[len(prefix) :]) for line in text.splitlines()
+                  if line.startswith(prefix)]  # fmt: skip
+        return values[0] if values else None
+
+    async def is_leader(self) -> bool:
+        return await self.master_status() == 1
+
+    async def is_standby(self) -> bool:
+        return await self.master_status() == 0
 
     def stop(self) -> None:
         if self.popen.poll() is None:
@@ -95,6 +118,28 @@ def processes(tmp_path: pathlib.Path) -> Iterator[list[Process]]:
         process.stop()
 
 
+async def lease_spec(client: client_.Client, namespace: str) -> dict[str, Any]:
+    return dict((await client.get(LEASES, namespace, "configmap-mirror"))["spec"])
+
+
+async def poll_lease(
+    client: client_.Client, namespace: str, until: Callable[[dict[str, Any]], bool],
+    within: float, what: str,
+) -> tuple[float, dict[str, Any]]:  # fmt: skip
+    """Read the Lease every 20 ms until ``until(spec)``; return when (monotonic) and the spec.
+    (``helpers.eventually`` polls every 100 ms: too coarse to time a kill or a takeover.)"""
+    deadline = time.monotonic() + within
+    while not until(spec := await lease_spec(client, namespace)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not within {within} s (last: {spec})")
+        await asyncio.sleep(0.02)
+    return time.monotonic(), spec
+
+
+# Kill points within the renew cycle, as fractions of the retry period after a renewal.
+KILL_OFFSETS = (0.05, 0.4, 0.75)
+
+
 async def test_two_managers_one_leader_and_failover_after_sigkill(
     control_plane: controlplane.ControlPlane,
     client: client_.Client,
@@ -103,37 +148,74 @@ async def test_two_managers_one_leader_and_failover_after_sigkill(
     tmp_path: pathlib.Path,
 ) -> None:
     assert control_plane.kubeconfig is not None
-    # Each election test uses a fresh Lease in the default namespace.
-    with_lease_cleanup = contextlib_delete(client, "default", "configmap-mirror")
-    await with_lease_cleanup
-    for i in range(2):
-        processes.append(Process(control_plane.kubeconfig, namespace, tmp_path / f"m{i}.log"))
+
+    kubeconfig = control_plane.kubeconfig
+
+    def start(name: str) -> Process:
+        processes.append(Process(kubeconfig, namespace, tmp_path / f"{name}.log"))
+        return processes[-1]
+
+    replicas = [start("m0"), start("m1")]
 
     async def one_leader() -> list[Process] | None:
-        leaders = [p for p in processes if await p.is_leader()]
-        return leaders if len(leaders) == 1 else None
+        leaders = [p for p in replicas if await p.is_leader()]
+        standbys = [p for p in replicas if await p.is_standby()]
+        return leaders if len(leaders) == 1 and len(standbys) == 1 else None
 
-    [leader] = await helpers.eventually(one_leader, 60, "exactly one leader")
-    standby = next(p for p in processes if p is not leader)
+    [leader] = await helpers.eventually(one_leader, 60, "one leader and one standby")
+    [standby] = [p for p in replicas if p is not leader]
     await client.create(configmap("before", namespace, mirror="true"))
     await helpers.eventually(lambda: mirrored(client, namespace, "before"), 30, "a mirror")
-    await asyncio.sleep(3)
-    assert not await standby.is_leader(), "the standby stays standby"
 
-    leader.popen.send_signal(signal.SIGKILL)
-    killed_at = time.monotonic()
-    await helpers.eventually(standby.is_leader, 40, "the standby taking over")
-    failover = time.monotonic() - killed_at
-    print(f"\nfailover after SIGKILL: {failover:.1f} s")  # reported in the closing note
-    assert failover <= 15 + 2 * 1.2 + 1, f"failover took {failover:.1f} s"
-    await client.create(configmap("after", namespace, mirror="true"))
-    await helpers.eventually(lambda: mirrored(client, namespace, "after"), 30, "a mirror after")
-    await client.delete(LEASES, "default", "configmap-mirror")
+    # The standby stays standby while the leader renews: watch the renewals cover more than
+    # a lease duration, the holder unchanged throughout.
+    holder = (await lease_spec(client, namespace))["holderIdentity"]
+    seen = [(time.monotonic(), (await lease_spec(client, namespace))["renewTime"])]
+    while seen[-1][0] - seen[0][0] <= LEASE_DURATION + RETRY_PERIOD:
+        renewed = seen[-1][1]
+        at, spec = await poll_lease(
+            client, namespace, lambda s, r=renewed: s["renewTime"] != r,
+            RENEW_DEADLINE, "a renewal within the renew deadline",
+        )  # fmt: skip
+        assert spec["holderIdentity"] == holder, "the lease changed hands while renewed"
+        seen.append((at, spec["renewTime"]))
+    assert len(seen) >= LEASE_DURATION / RETRY_PERIOD, seen
+    assert await standby.is_standby(), "the standby stays standby"
 
-
-async def contextlib_delete(client: client_.Client, namespace: str, name: str) -> None:
-    with contextlib.suppress(errors.NotFound):
-        await client.delete(LEASES, namespace, name)
+    failovers: list[tuple[float, float]] = []
+    for round_, offset in enumerate(KILL_OFFSETS):
+        # Kill `offset` of a retry period after a renewal we observe.
+        last = (await lease_spec(client, namespace))["renewTime"]
+        renewed_at, spec = await poll_lease(
+            client, namespace, lambda s, r=last: s["renewTime"] != r, RENEW_DEADLINE, "a renewal"
+        )
+        holder = spec["holderIdentity"]
+        await asyncio.sleep(renewed_at + offset * RETRY_PERIOD - time.monotonic())
+        leader.popen.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        taken_at, spec = await poll_lease(
+            client, namespace, lambda s, h=holder: s.get("holderIdentity") not in (None, h),
+            FAILOVER_BOUND + 10, "a takeover",
+        )  # fmt: skip
+        failover = taken_at - killed_at
+        failovers.append((offset, failover))
+        # Not before the lease ran out (counted from the last renewal, which we saw within
+        # a poll of its write) ...
+        assert taken_at - renewed_at >= LEASE_DURATION - 0.5, failovers
+        # ... and within the bound that follows from the settings.
+        assert failover <= FAILOVER_BOUND, f"{failovers}: bound {FAILOVER_BOUND:.1f} s"
+        await helpers.eventually(standby.is_leader, 10, "the new holder serving as leader")
+        name = f"after-{round_}"
+        await client.create(configmap(name, namespace, mirror="true"))
+        await helpers.eventually(
+            lambda name=name: mirrored(client, namespace, name), 30, "a mirror after"
+        )
+        # The new leader's standby: a fresh replica, waiting before the next kill.
+        leader, standby = standby, start(f"m{round_ + 2}")
+        await helpers.eventually(standby.is_standby, 30, "a fresh standby")
+    # reported in the closing note
+    print("\nfailover after SIGKILL (offset in retry periods, seconds):",
+          [(o, round(f, 2)) for o, f in failovers], f"bound {FAILOVER_BOUND:.1f} s")  # fmt: skip
 
 
 async def test_sigterm_lets_the_in_flight_reconcile_finish(
@@ -201,7 +283,21 @@ async def test_readyz_fails_until_caches_sync_and_metrics_are_served(
         await helpers.eventually(ready, 60, "readyz after the caches synced")
         status, text = await http_get(f"{probes}/readyz?verbose")
         assert "[+]caches ok" in text
-        status, text = await http_get(f"http://127.0.0.1:{manager.metrics_address[1]}/metrics")
+        metrics_url = f"http://127.0.0.1:{manager.metrics_address[1]}/metrics"
+        success = (
+            'controller_runtime_reconcile_total{controller="late-controller",result="success"}'
+        )
+        # The series exist from the start; a reconcile that really ran moves the counter.
+        status, text = await http_get(metrics_url)
+        assert sample(text, success) == 0, "no Late exists yet: nothing to reconcile"
+        await client.create({"apiVersion": f"{group}/v1", "kind": "Late",
+                             "metadata": {"name": "one", "namespace": namespace}})  # fmt: skip
+
+        async def reconciled() -> bool:
+            return sample((await http_get(metrics_url))[1], success) >= 1
+
+        await helpers.eventually(reconciled, 30, "a successful reconcile of the Late")
+        status, text = await http_get(metrics_url)
         assert status == 200
         for series in [
             'workqueue_depth{controller="late-controller",name="late-controller"}',
@@ -232,6 +328,14 @@ async def test_an_event_storm_is_aggregated(client: client_.Client, namespace: s
     assert 1 <= len(ours) <= 3, [e["message"] for e in ours]
     assert sum(e["count"] for e in ours) <= 25, "the spam filter caps writes per object"
     assert max(e["count"] for e in ours) > 1, "repeats update one Event"
+
+
+def sample(text: str, series: str) -> float:
+    """The value of ``series`` (name and labels, exactly as exported) in a /metrics text."""
+    values = [float(line[len(series) :]) for line in text.splitlines()
+              if line.startswith(series + " ")]  # fmt: skip
+    assert len(values) == 1, f"{series} exported {len(values)} times"
+    return values[0]
 
 
 def _crd(group: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from structlog import testing as log_testing
 from runtime import leaderelection, metrics
 from runtime.client import errors
 from runtime.testing import fake
+from tests.unit import helpers
 
 LEASES = leaderelection.LEASES
 
@@ -54,9 +55,18 @@ async def test_standby_waits_while_the_holder_renews_then_takes_over() -> None:
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     task_a = asyncio.create_task(a.run(stop_a))
     await asyncio.wait_for(a.elected.wait(), 2)
+    reads: list[float] = []  # when b read the Lease (loop time)
+    b.client = _Reading(client, reads)  # type: ignore[assignment]
     task_b = asyncio.create_task(b.run(stop_b))
-    await asyncio.sleep(1.5)  # longer than the lease: a keeps renewing, so b must wait
-    assert not b.elected.is_set()
+
+    def b_looked_after_a_lease_had_passed() -> bool:
+        # b's first read started its lease_duration countdown; a read more than a
+        # lease (plus a retry) later is one where b would take over an unrenewed lease.
+        return len(reads) >= 2 and reads[-1] - reads[0] > 1.0 + 0.05
+
+    await helpers.eventually(b_looked_after_a_lease_had_passed, 5, "b reading the lease")
+    assert not b.elected.is_set(), "a keeps renewing, so b must wait"
+    assert (await client.get(LEASES, "default", "lock"))["spec"]["holderIdentity"] == "a"
     task_a.cancel()  # a dies without releasing (like SIGKILL)
     await asyncio.gather(task_a, return_exceptions=True)
     await asyncio.wait_for(b.elected.wait(), 3)
@@ -65,6 +75,20 @@ async def test_standby_waits_while_the_holder_renews_then_takes_over() -> None:
     assert lease["spec"]["leaseTransitions"] == 1
     stop_b.set()
     await task_b
+
+
+class _Reading:
+    """The fake client, noting the loop time of each ``get`` (a Lease read)."""
+
+    def __init__(self, client: fake.FakeClient, reads: list[float]) -> None:
+        self._client, self._reads = client, reads
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def get(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self._reads.append(asyncio.get_running_loop().time())
+        return await self._client.get(*args, **kwargs)
 
 
 async def test_expiry_is_judged_by_our_clock_not_the_holders_timestamps() -> None:

@@ -176,16 +176,23 @@ async def test_persistent_conflicts_are_bounded(client: fake.FakeClient) -> None
     writer = status.StatusWriter(client, max_attempts=3)
     obj = await current(client)
 
+    attempts: list[str] = []
+
     class Always:
         def __getattr__(self, name: str) -> Any:
             return getattr(client, name)
 
         async def update_status(self, body: dict[str, Any]) -> dict[str, Any]:
+            attempts.append(body["metadata"]["resourceVersion"])
             raise errors.Conflict(409, "Conflict", "always stale")
 
     writer.client = Always()  # type: ignore[assignment]
-    with pytest.raises(errors.Conflict):
+    reads = client.calls.count(("get", str(WIDGET), ""))
+    with pytest.raises(errors.Conflict, match="always stale"):
         await writer.update(obj, {"phase": "X"})
+    assert len(attempts) == 3, "exactly max_attempts writes, then the last Conflict"
+    # one fresh read before each retry, none before the first attempt
+    assert client.calls.count(("get", str(WIDGET), "")) - reads == 2
 
 
 async def test_the_given_object_is_not_modified(client: fake.FakeClient) -> None:

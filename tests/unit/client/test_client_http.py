@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -24,8 +25,11 @@ class Server:
         self.requests: list[tuple[str, str, str, bytes]] = []
         self.responses: list[web.StreamResponse] = []
         self.watch_lines: list[bytes] = []
+        self.times: list[float] = []
+        """``time.monotonic()`` at each request's arrival."""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.times.append(time.monotonic())
         body = await request.read()
         self.requests.append(
             (request.method, request.path_qs, request.headers.get("Content-Type", ""), body)
@@ -69,11 +73,27 @@ async def test_get_decodes_json(server: tuple[Server, client_.Client]) -> None:
 
 
 async def test_429_is_retried_honouring_retry_after(server: tuple[Server, client_.Client]) -> None:
-    srv, client = server
-    srv.responses += [status(429, "TooManyRequests", **{"Retry-After": "0"}),
+    srv, fixture_client = server
+    # Retry-After: 1 against an own backoff of at most 0.2 s for a first retry: a retry
+    # sooner than 1 s means the header was ignored; the cap (5 s) is far from binding.
+    options = client_.Options(timeout=5, retry_max_wait=5)
+    async with client_.Client(fixture_client.configuration, options=options) as client:
+        srv.responses += [status(429, "TooManyRequests", **{"Retry-After": "1"}),
+                          web.json_response({"ok": True})]  # fmt: skip
+        assert await client.get(CM, "ns", "x") == {"ok": True}
+    assert len(srv.requests) == 2
+    waited = srv.times[1] - srv.times[0]
+    assert 0.95 <= waited < 3, f"retried after {waited:.2f} s, not after Retry-After's 1 s"
+
+
+async def test_retry_after_is_capped_by_retry_max_wait(
+    server: tuple[Server, client_.Client],
+) -> None:
+    srv, client = server  # retry_max_wait=0.01
+    srv.responses += [status(429, "TooManyRequests", **{"Retry-After": "30"}),
                       web.json_response({"ok": True})]  # fmt: skip
     assert await client.get(CM, "ns", "x") == {"ok": True}
-    assert len(srv.requests) == 2
+    assert srv.times[1] - srv.times[0] < 2, "a server's Retry-After never outwaits our cap"
 
 
 async def test_5xx_retried_on_get_but_not_on_post(server: tuple[Server, client_.Client]) -> None:
