@@ -42,6 +42,12 @@ async def test_informer_syncs_1000_objects(client: client_.Client, namespace: st
     await asyncio.gather(*(make(i) for i in range(1000)))
     cache = cache_.Cache(client, namespace=namespace, debug=True)
     try:
+        # The first list reads the apiserver's watch cache (resourceVersion=0, as
+        # client-go does), which may trail the last creates by a moment; the watch
+        # brings the rest.
+        store = cache.informer(CM).store
+        await cache.list(CM, namespace)  # starts the informer and waits for its sync
+        await helpers.eventually(lambda: len(store) == 1000, 10, "all 1000 objects cached")
         cached = await cache.list(CM, namespace)
         assert len(cached) == 1000
         fresh = await client.list(CM, namespace)
