@@ -27,9 +27,23 @@ CLUSTER_DIR := .cluster
 controlplane: ## Build (or reuse) etcd, kube-apiserver, ... from Go modules into ~/.cache
 	@$(CONTROLPLANE_BUILD) >/dev/null
 
+COVERAGE_DIR := build/coverage
+
+# One run: pytest under coverage.py (branch, subprocesses too: [tool.coverage] in
+# pyproject.toml), then the table and the floors (the total's `fail_under` in pyproject,
+# per-package ones in hack/coverage_floor.py). Fails if the tests or a floor fail.
 .PHONY: test
-test: $(STAMP) controlplane ## Run every test tier: unit, doctests, integration (real control plane)
-	$(PY) -m pytest
+test: $(STAMP) controlplane ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
+	@rm -rf $(COVERAGE_DIR)
+	@status=0; $(PY) -m coverage run -m pytest || status=$$?; \
+	$(PY) -m coverage combine -q && \
+	$(PY) -m coverage report || status=$$((status ? status : $$?)); \
+	$(PY) -m coverage json -q -o $(COVERAGE_DIR)/coverage.json --fail-under=0 && \
+	$(PY) hack/coverage_floor.py $(COVERAGE_DIR)/coverage.json || status=$$((status ? status : $$?)); \
+	exit $$status
+
+.PHONY: coverage
+coverage: test ## The same run as `make test` (it prints the branch-coverage table and checks the floors)
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## Only the fast tiers: unit tests and doctests (no server)
