@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+from aiohttp import web
+from kubernetes_asyncio import client as k8s
+
+from runtime.client import client as client_
+
 T = TypeVar("T")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def settle(rounds: int = 20) -> None:
@@ -31,3 +38,24 @@ async def eventually(
         if loop.time() >= deadline:
             raise AssertionError(f"{what} not met within {within} s (last value: {value!r})")
         await asyncio.sleep(0.001)
+
+
+@contextlib.asynccontextmanager
+async def api_server(handler: Handler) -> AsyncIterator[client_.Client]:
+    """An HTTP server on 127.0.0.1 (a free port) answering every request with
+    ``handler``, and a :class:`~runtime.client.Client` for it (2 s timeout, no retry
+    waits to speak of); both are closed on exit."""
+    app = web.Application(client_max_size=4 * 1024 * 1024)  # room for objects near etcd's limit
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    configuration = k8s.Configuration(host=f"http://127.0.0.1:{port}")
+    client = client_.Client(configuration, options=client_.Options(timeout=2, retry_max_wait=0.01))
+    try:
+        yield client
+    finally:
+        await client.close()
+        await runner.cleanup()

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client as k8s
 
 from runtime import metrics, predicate
 from runtime.cache import cache as cache_
@@ -22,6 +21,7 @@ from runtime.cache import store as store_
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import fake
+from tests.unit import helpers
 
 CM = resources.default_registry.for_kind("v1", "ConfigMap")
 Obj = dict[str, Any]
@@ -109,19 +109,9 @@ def list_body(rv: str, *objs: Obj) -> tuple[int, bytes]:
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[Server, client_.Client]]:
     srv = Server()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", srv.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    configuration = k8s.Configuration(host=f"http://127.0.0.1:{port}")
-    client = client_.Client(configuration, options=client_.Options(timeout=2, retry_max_wait=0.01))
-    yield srv, client
-    srv.closing.set()
-    await client.close()
-    await runner.cleanup()
+    async with helpers.api_server(srv.handle) as client:
+        yield srv, client
+        srv.closing.set()
 
 
 class Running:

@@ -15,6 +15,7 @@ from kubernetes_asyncio import client as k8s
 
 from runtime.client import client as client_
 from runtime.client import errors, resources
+from tests.unit import helpers
 
 CM = resources.default_registry.for_kind("v1", "ConfigMap")
 Handler = Callable[[web.Request], Any]
@@ -51,18 +52,8 @@ def status(code: int, reason: str, message: str = "", **headers: str) -> web.Res
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[Server, client_.Client]]:
     srv = Server()
-    app = web.Application(client_max_size=4 * 1024 * 1024)  # room for objects near etcd's limit
-    app.router.add_route("*", "/{tail:.*}", srv.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    configuration = k8s.Configuration(host=f"http://127.0.0.1:{port}")
-    client = client_.Client(configuration, options=client_.Options(timeout=2, retry_max_wait=0.01))
-    yield srv, client
-    await client.close()
-    await runner.cleanup()
+    async with helpers.api_server(srv.handle) as client:
+        yield srv, client
 
 
 async def test_get_decodes_json(server: tuple[Server, client_.Client]) -> None:
