@@ -20,6 +20,9 @@
   The store keeps a copy, never the caller's dict; an object a delete already
   removed (its DELETED event came first) is not brought back, and a relist does
   not undo writes newer than its snapshot (see :mod:`runtime.cache.informer`).
+  **Deletes too**: an object our client deleted leaves the cache at once (or
+  is stored as terminating, when the server keeps it for finalizers or a grace
+  period), so a reconcile that scales down does not count what it just deleted.
 - ``namespace`` restricts every informer to one namespace (fewer objects, and
   RBAC may allow no more); ``None`` watches all namespaces.
 """
@@ -66,6 +69,7 @@ class Cache:
         self._synced_stores: dict[resources.Resource, store_.Store] = {}
         self._started = False
         client.add_write_observer(self._on_write)
+        client.add_delete_observer(self._on_delete)
 
     def informer(self, resource: resources.Resource) -> informer_.SharedInformer:
         """The informer for ``resource``, created on first use; started at once if the
@@ -163,6 +167,14 @@ class Cache:
         """Raise :class:`~runtime.cache.store.CacheMutationError` if a cached object changed."""
         for informer in self._informers.values():
             informer.store.verify()
+
+    def _on_delete(
+        self, resource: resources.Resource, namespace: str | None, name: str, answer: object
+    ) -> None:
+        informer = self._informers.get(resource)
+        if informer is None or (self.namespace and namespace != self.namespace):
+            return
+        informer.apply_delete(f"{namespace}/{name}" if namespace else name, answer)
 
     def _on_write(self, obj: store_.Obj) -> None:
         if not isinstance(obj, dict) or "metadata" not in obj:

@@ -26,7 +26,7 @@ import asyncio
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
@@ -131,6 +131,44 @@ class SharedInformer:
             obj = copy.deepcopy(obj)  # the default transform copies; others need not
         stored, previous = store.upsert(obj)
         self._dispatch("add" if previous is None else "update", stored, previous)
+        return True
+
+    def apply_delete(self, key: str, answer: Any) -> bool:
+        """Write-through of a delete our client just made; True if the store changed.
+
+        ``answer`` is the server's: an object still there and terminating
+        (finalizers, or a grace period a kubelet must honour) is stored as such
+        when it is newer; anything else means the object is gone, and it leaves
+        the store now, with a tombstone so the watch's late events for it are
+        dropped. Either way handlers see the event once, before the watch would
+        have delivered it.
+        """
+        store = self.store
+        current = store.get(key)
+        if current is None:
+            return False
+        obj: store_.Obj | None = (
+            answer if isinstance(answer, dict) and answer.get("kind") != "Status" else None
+        )
+        meta = obj.get("metadata") if obj is not None else None
+        if (
+            obj is not None
+            and isinstance(meta, dict)
+            and meta.get("deletionTimestamp")
+            and (meta.get("finalizers") or (meta.get("deletionGracePeriodSeconds") or 0) > 0)
+        ):
+            if not store.accepts(obj):
+                return False
+            stored, previous = store.upsert(copy.deepcopy(obj))
+            self._dispatch("update", stored, previous)
+            return True
+        answered = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        kept = current["metadata"].get("resourceVersion")
+        rv = answered if answered and store_.newer(answered, kept) else kept
+        gone = store.delete(key, rv)
+        if gone is None:
+            return False
+        self._dispatch("delete", gone, None)
         return True
 
     def _dispatch(self, kind: str, obj: store_.Obj, old: store_.Obj | None) -> None:

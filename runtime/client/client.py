@@ -25,8 +25,10 @@ Contract:
   fairness); set ``qps``/``burst`` to turn the token bucket on.
 - **Write observers**: after each successful create/update/patch (also of
   ``status``), every function added with :meth:`Client.add_write_observer` is
-  called with the object the server returned. The cache uses it for
-  write-through.
+  called with the object the server returned; after each successful delete,
+  every function added with :meth:`Client.add_delete_observer` is called with
+  the resource, namespace, name and the server's answer (the object, or a
+  ``Status``). The cache uses both for write-through.
 - Counts ``rest_client_requests_total{code,method,host}`` like client-go.
 """
 
@@ -116,6 +118,7 @@ class ListResult:
 
 
 WriteObserver = Callable[[Obj], None]
+DeleteObserver = Callable[[resources.Resource, str | None, str, Any], None]
 
 
 class _Retryable(Exception):
@@ -149,6 +152,7 @@ class Client:
             else None
         )
         self._write_observers: list[WriteObserver] = []
+        self._delete_observers: list[DeleteObserver] = []
 
     # -- construction ------------------------------------------------------------------------
 
@@ -212,6 +216,16 @@ class Client:
     def add_write_observer(self, observer: WriteObserver) -> None:
         """Call ``observer(obj)`` with every object a successful write returns."""
         self._write_observers.append(observer)
+
+    def add_delete_observer(self, observer: DeleteObserver) -> None:
+        """Call ``observer(resource, namespace, name, answer)`` after every successful delete."""
+        self._delete_observers.append(observer)
+
+    def _observe_delete(
+        self, resource: resources.Resource, namespace: str | None, name: str, answer: Any
+    ) -> None:
+        for observer in self._delete_observers:
+            observer(resource, namespace, name, answer)
 
     def _observe_write(self, obj: Obj) -> Obj:
         for observer in self._write_observers:
@@ -437,6 +451,7 @@ class Client:
         result: Obj | None = await self.request(
             "DELETE", resource.path(namespace, name), body=options
         )
+        self._observe_delete(resource, namespace, name, result)
         return result
 
     async def watch(

@@ -71,8 +71,9 @@ Watches:
   falls too far behind).
 
 Write observers (:meth:`FakeClient.add_write_observer`) are called with the answer
-of every successful create, update and patch (status included), as
-:class:`runtime.client.Client` does; deletes are not observed. Every call is
+of every successful create, update and patch (status included), and delete
+observers (:meth:`FakeClient.add_delete_observer`) after every successful delete,
+as :class:`runtime.client.Client` does. Every call is
 recorded in :attr:`FakeClient.calls` as ``(verb, resource, subresource)`` so tests
 can count writes; returned objects are copies, as from a real server.
 
@@ -230,6 +231,9 @@ class FakeClient:
         self._compacted = 0
         self._watchers: list[tuple[resources.Resource, str | None, asyncio.Queue[_Change]]] = []
         self._write_observers: list[Callable[[Obj], None]] = []
+        self._delete_observers: list[
+            Callable[[resources.Resource, str | None, str, Any], None]
+        ] = []
         self.fail_next: dict[str, BaseException] = {}
         """Errors to raise on the next call of a verb: ``{"update_status": Conflict(...)}``."""
         self.add_namespaces(*_INITIAL_NAMESPACES, *namespaces)
@@ -238,6 +242,18 @@ class FakeClient:
 
     def add_write_observer(self, observer: Callable[[Obj], None]) -> None:
         self._write_observers.append(observer)
+
+    def add_delete_observer(
+        self, observer: Callable[[resources.Resource, str | None, str, Any], None]
+    ) -> None:
+        self._delete_observers.append(observer)
+
+    def _deleted(
+        self, resource: resources.Resource, namespace: str | None, name: str, answer: Obj
+    ) -> Obj:
+        for observer in self._delete_observers:
+            observer(resource, namespace, name, copy.deepcopy(answer))
+        return answer
 
     def resource_for(self, obj_or_resource: Obj | resources.Resource) -> resources.Resource:
         if isinstance(obj_or_resource, resources.Resource):
@@ -385,27 +401,28 @@ class FakeClient:
             raise self._conflict(resource, name)
         if current["metadata"].get("finalizers"):
             if current["metadata"].get("deletionTimestamp"):
-                return copy.deepcopy(current)
+                return self._deleted(resource, namespace, name, copy.deepcopy(current))
             new = copy.deepcopy(current)
             meta = new["metadata"]
             meta["deletionTimestamp"] = _now()
             meta["deletionGracePeriodSeconds"] = 0
             if meta.get("generation"):
                 meta["generation"] += 1
-            return self._commit(resource, current, new)
+            return self._deleted(resource, namespace, name, self._commit(resource, current, new))
         if resource == _NAMESPACES:
             for res, obj in builtins.list(self._objects.items()):
                 if res[0].namespaced and obj["metadata"].get("namespace") == name:
                     self._remove(res[0], obj)
         gone = self._remove(resource, current)
         if traits(resource).delete_answers_object:
-            return gone
+            return self._deleted(resource, namespace, name, gone)
         details = {"name": name, "group": resource.group, "kind": resource.plural,
                    "uid": current["metadata"]["uid"]}  # fmt: skip
         if not resource.group:
             del details["group"]
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                "details": details}  # fmt: skip
+        answer = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                  "details": details}  # fmt: skip
+        return self._deleted(resource, namespace, name, answer)
 
     async def watch(
         self,

@@ -187,3 +187,45 @@ async def test_label_selectors_are_accepted_and_matched_as_by_the_server(
         if server != ours:
             disagreements.append((text, server, ours))
     assert disagreements == []
+
+
+POD = resources.default_registry.for_kind("v1", "Pod")
+
+
+async def test_our_deletes_reach_the_cache_before_the_watch(
+    client: client_.Client, namespace: str
+) -> None:
+    cache = cache_.Cache(client, namespace=namespace, debug=True)
+    try:
+        await client.create(configmap("gone"), namespace=namespace)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "graceful"},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+        await client.create(pod, namespace=namespace)
+        await helpers.eventually(lambda: cache.get(CM, namespace, "gone"), 30, "the ConfigMap")
+
+        async def running() -> dict[str, Any] | None:
+            found = await cache.get(POD, namespace, "graceful")
+            return found if (found.get("status") or {}).get("phase") == "Running" else None
+
+        await helpers.eventually(running, 60, "the pod bound and Running (kwok)")
+        # A ConfigMap goes at once: the server answers a Status, the cache drops it now.
+        await client.delete(CM, namespace, "gone")
+        with pytest.raises(errors.NotFound):
+            await cache.get(CM, namespace, "gone")
+        # A bound pod has a grace period: the server answers it terminating, and so does
+        # the cache, at once - then the watch brings its end.
+        answer = await client.delete(POD, namespace, "graceful")
+        assert answer is not None and answer["metadata"].get("deletionTimestamp")
+        cached = await cache.get(POD, namespace, "graceful")
+        assert cached["metadata"]["deletionTimestamp"] == answer["metadata"]["deletionTimestamp"]
+
+        async def gone() -> bool:
+            try:
+                await cache.get(POD, namespace, "graceful")
+            except errors.NotFound:
+                return True
+            return False
+
+        await helpers.eventually(gone, 60, "the pod gone from the cache")
+    finally:
+        await cache.stop()

@@ -209,3 +209,46 @@ async def test_watch_list_syncs_from_one_stream_and_keeps_watching() -> None:
         assert [verb for verb, _, _ in client.calls].count("watch") == 1, "one stream throughout"
     finally:
         await cache.stop()
+
+
+async def test_a_delete_leaves_the_cache_before_the_watch_event(env) -> None:  # type: ignore[no-untyped-def]
+    client, cache = env
+    await client.create(cm("a"))
+    await client.create(cm("b"))
+    informer = cache.informer(CM)
+    informer.start()
+    await informer.wait_for_sync()
+    events: list[tuple[str, str]] = []
+    informer.add_handler(lambda e: events.append((e.type, e.obj["metadata"]["name"])))
+    events.clear()
+    await client.delete(CM, "ns", "a")  # no settle(): the watch event has not run yet
+    with pytest.raises(errors.NotFound):
+        await cache.get(CM, "ns", "a")
+    assert [o["metadata"]["name"] for o in await cache.list(CM, "ns")] == ["b"]
+    await helpers.settle()  # the watch's DELETED event is not delivered a second time
+    assert events == [("delete", "a")]
+
+
+async def test_a_delete_the_server_defers_is_cached_as_terminating(env) -> None:  # type: ignore[no-untyped-def]
+    client, cache = env
+    obj = cm("a")
+    obj["metadata"]["finalizers"] = ["example.com/hold"]
+    await client.create(obj)
+    assert "deletionTimestamp" not in (await cache.get(CM, "ns", "a"))["metadata"]
+    await client.delete(CM, "ns", "a")
+    seen = await cache.get(CM, "ns", "a")  # still there, but visibly going
+    assert seen["metadata"]["deletionTimestamp"]
+
+
+async def test_a_deleted_pod_whose_answer_is_the_object_leaves_the_cache(env) -> None:  # type: ignore[no-untyped-def]
+    client, cache = env
+    pods = resources.default_registry.for_kind("v1", "Pod")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+           "spec": {"containers": [{"name": "c", "image": "i"}]}}  # fmt: skip
+    await client.create(pod)
+    await cache.get(pods, "ns", "p")
+    answer = await client.delete(pods, "ns", "p")
+    assert answer is not None
+    assert answer["kind"] == "Pod"
+    assert await cache.list(pods, "ns") == []
+    assert not cache.informer(pods).apply_delete("ns/p", answer), "already gone: no second event"
