@@ -9,7 +9,9 @@
 - ``for_(resource)``: reconcile objects of this resource; each change enqueues
   the object itself (exactly one ``for_``).
 - ``owns(resource)``: a change to an object **controlled** by one of ours
-  (its controller owner reference) enqueues that owner.
+  (its controller owner reference) enqueues that owner; ``delay=`` seconds
+  later if given, so that a burst of changes to the children is one reconcile
+  (see :class:`~runtime.source.Kind`).
 - ``watches(resource, handler)``: anything else, with your own mapping.
 - ``with_event_filter(predicate)``: applies to every source;
   per-source ``predicates=`` apply to one.
@@ -40,7 +42,7 @@ class Builder:
     def __init__(self, manager: manager_.Manager) -> None:
         self.manager = manager
         self._for: tuple[resources.Resource, tuple[predicate_.Predicate, ...]] | None = None
-        self._owns: list[tuple[resources.Resource, tuple[predicate_.Predicate, ...]]] = []
+        self._owns: list[tuple[resources.Resource, tuple[predicate_.Predicate, ...], float]] = []
         self._watches: list[
             tuple[resources.Resource, handler_.EventHandler, tuple[predicate_.Predicate, ...]]
         ] = []
@@ -57,9 +59,15 @@ class Builder:
         return self
 
     def owns(
-        self, resource: resources.Resource, *, predicates: tuple[predicate_.Predicate, ...] = ()
+        self,
+        resource: resources.Resource,
+        *,
+        predicates: tuple[predicate_.Predicate, ...] = (),
+        delay: float = 0.0,
     ) -> Builder:
-        self._owns.append((resource, tuple(predicates)))
+        if delay < 0:
+            raise ValueError("delay must be >= 0")
+        self._owns.append((resource, tuple(predicates), delay))
         return self
 
     def watches(
@@ -92,7 +100,7 @@ class Builder:
         sources: list[source_.Source] = [
             source_.Kind(cache, resource, handler_.for_object(), [*self._filters, *predicates])
         ]
-        for owned, owned_predicates in self._owns:
+        for owned, owned_predicates, delay in self._owns:
             sources.append(
                 source_.Kind(
                     cache,
@@ -101,6 +109,7 @@ class Builder:
                         resource.api_version, resource.kind, namespaced=resource.namespaced
                     ),
                     [*self._filters, *owned_predicates],
+                    delay=delay,
                 )
             )
         for watched, handler, watched_predicates in self._watches:

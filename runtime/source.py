@@ -18,7 +18,12 @@ API server (a webhook, a timer, a test).
 :class:`Kind` is the informer-backed source: changes to one resource, seen
 through a :class:`~runtime.cache.Cache`, filtered by predicates and mapped to
 requests by a handler (the object itself by default, or its controller owner).
-It is a :class:`SyncingSource`.
+It is a :class:`SyncingSource`. With ``delay`` > 0 its requests are added
+after that many seconds (``add_after``): a burst of changes to a parent's
+children - pods turning Running one by one - then costs one reconcile that
+sees them all, instead of one per change, and a status written once instead
+of once per step. The queue keeps the earliest time for a key, so the first
+change of a burst sets when the reconcile runs; later changes ride along.
 
 >>> import asyncio
 >>> from runtime.reconcile import Request
@@ -53,6 +58,8 @@ class RequestQueue(Protocol):
     """The part of a work queue a source may use."""
 
     def add(self, item: reconcile.Request) -> None: ...
+
+    def add_after(self, item: reconcile.Request, delay: float) -> None: ...
 
 
 @runtime_checkable
@@ -97,7 +104,8 @@ class Channel:
 
 class Kind:
     """Changes to ``resource`` from ``cache``, filtered by ``predicates`` (all must
-    pass) and mapped to requests by ``handler`` (default: the object itself)."""
+    pass) and mapped to requests by ``handler`` (default: the object itself),
+    enqueued ``delay`` seconds later (default 0: at once)."""
 
     def __init__(
         self,
@@ -105,21 +113,29 @@ class Kind:
         resource: resources.Resource,
         handler: handler_.EventHandler | None = None,
         predicates: Sequence[predicate_.Predicate] = (),
+        *,
+        delay: float = 0.0,
     ) -> None:
+        if delay < 0:
+            raise ValueError("delay must be >= 0")
         self.cache = cache
         self.resource = resource
         self.handler = handler or handler_.for_object()
         self.predicates = tuple(predicates)
+        self.delay = delay
 
     async def start(self, queue: RequestQueue) -> None:
-        handler, predicates = self.handler, self.predicates
+        handler, predicates, delay = self.handler, self.predicates, self.delay
 
         def on_event(event: informer_.Event) -> None:
             for predicate in predicates:
                 if not predicate(event):
                     return
             for request in handler(event):
-                queue.add(request)
+                if delay:
+                    queue.add_after(request, delay)
+                else:
+                    queue.add(request)
 
         informer = self.cache.informer(self.resource)
         informer.add_handler(on_event)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import copy
 
+import pytest
+
 from runtime import controller, handler, predicate, reconcile, source
 from runtime.cache import cache as cache_
 from runtime.client import resources
@@ -56,3 +58,48 @@ async def test_owned_objects_reconcile_their_owner_and_status_writes_are_filtere
         stop.set()
         await task
         await cache.stop()
+
+
+async def test_a_delayed_source_turns_a_burst_of_child_changes_into_one_reconcile() -> None:
+    registry = resources.default_registry.copy()
+    registry.register(WIDGET)
+    client = fake.FakeClient(registry, namespaces=["ns"])
+    cache = cache_.Cache(client, debug=True)  # type: ignore[arg-type]
+    seen: list[str] = []
+
+    async def reconciler(request: reconcile.Request) -> reconcile.Result:
+        seen.append(str(request))
+        return reconcile.Result()
+
+    owner = await client.create({"apiVersion": "test.rayservice.dev/v1", "kind": "Widget",
+                                 "metadata": {"name": "owner", "namespace": "ns"}})  # fmt: skip
+    ref = {"apiVersion": "test.rayservice.dev/v1", "kind": "Widget", "name": "owner",
+           "uid": owner["metadata"]["uid"], "controller": True}  # fmt: skip
+    ctrl = controller.Controller("kind-source-delay-test", reconciler)
+    ctrl.watch(source.Kind(cache, SECRET, handler.for_owner("test.rayservice.dev/v1", "Widget"),
+                           delay=0.3))  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(ctrl.start(stop))
+    try:
+        await helpers.settle(20)
+        assert seen == []
+        for i in range(5):
+            await client.create({"apiVersion": "v1", "kind": "Secret",
+                                 "metadata": {"name": f"child-{i}", "namespace": "ns",
+                                              "ownerReferences": [ref]}})  # fmt: skip
+        await helpers.settle(20)
+        assert seen == [], "not before the delay"
+        await helpers.eventually(lambda: seen, within=5, what="the delayed reconcile")
+        await asyncio.sleep(0.5)  # long enough for any second reconcile to have come
+        assert seen == ["ns/owner"], "five changes, one reconcile"
+    finally:
+        stop.set()
+        await task
+        await cache.stop()
+
+
+def test_a_negative_delay_is_refused() -> None:
+    client = fake.FakeClient()
+    cache = cache_.Cache(client)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="delay"):
+        source.Kind(cache, SECRET, delay=-1)
