@@ -1,0 +1,590 @@
+#!/usr/bin/env python3
+"""Record the objects KubeRay v1.5.0 itself creates for a set of samples (golden test data).
+
+Run ``.venv/bin/python hack/golden/kuberay_objects.py`` (as root, like the integration tests).
+It builds or reuses the control-plane binaries (``hack/controlplane/build.sh``) and the KubeRay
+operator (``hack/peers/kuberay.sh``), then:
+
+1. starts a control plane with :mod:`runtime.testing.controlplane` (kube-controller-manager,
+   kube-scheduler, kwok, two fake nodes) with kube-apiserver's **audit log** on: level
+   ``Request`` for ``create`` of pods, services, serviceaccounts, roles, rolebindings and
+   rayclusters, nothing else;
+2. installs every CRD shipped in KubeRay's module (RayCluster, RayJob, RayService);
+3. runs the KubeRay binary as a subprocess (admin kubeconfig, no leader election, metrics and
+   health probes on loopback, ``--use-kubernetes-proxy``, ``CLUSTER_DOMAIN=cluster.local``, a
+   minimal environment);
+4. creates every sample of :data:`SAMPLES` at once, each in a namespace named after its file
+   (``ray-cluster.sample.yaml`` -> ``ray-cluster-sample``), ConfigMaps before the Ray object;
+   then for each sample waits - bounded - until KubeRay
+   has created the head pod and every worker pod it will create (its reconcile creates the
+   autoscaler's ServiceAccount/Role/RoleBinding and the services before any pod, so the pods
+   come last), reads the RayCluster back as stored (for a RayService: the RayCluster KubeRay
+   made for it) and takes from the audit log the ``requestObject`` of every successful create
+   KubeRay made in that namespace;
+5. checks, once every sample is done, that KubeRay created nothing more in any of the
+   namespaces meanwhile, stops KubeRay and the control plane, and writes one file per sample.
+
+Output: ``tests/unit/testdata/kuberay-v1.5.0/<sample file name without .yaml>.json`` (or
+``--out DIR``), JSON with ``indent=1``, sorted keys and a trailing newline::
+
+    {"source": "config/samples/<file>",      # path in KubeRay's module (or in this repo)
+     "kuberay_version": "v1.5.0",
+     "raycluster": {...},                     # as stored, without managedFields, uid,
+                                              # resourceVersion, creationTimestamp,
+                                              # generation and status
+     "created": {"pods": [...], "services": [...], "serviceaccounts": [...],
+                 "roles": [...], "rolebindings": [...]}}
+
+Each created object is the audit log's ``requestObject``: what the API server decoded from
+KubeRay's request - its body with the API's *scheme defaults* applied (the apiserver defaults
+while decoding, before audit logging; e.g. ``terminationMessagePath``, ``imagePullPolicy``,
+``restartPolicy``, ``dnsPolicy``, port ``protocol``), but before admission. Values that change
+from run to run are made stable and nothing else is changed: every ``ownerReferences[].uid`` is
+``"<uid>"``; the random five-character suffix KubeRay gives a RayService's RayCluster name
+is ``xxxxx`` everywhere it appears; and the default ports KubeRay appends to a *custom* head
+service (``headGroupSpec.headService``), in Go map order that changes from run to run, are
+sorted by name after the user's own ports. Pods are sorted head first, then workers by
+group, then by name or generateName; other lists by name. Two runs give identical bytes.
+
+Network safety: everything listens on and connects to ``127.0.0.1``. There is no pod network
+here and this machine routes the pod CIDR (``198.18.0.0/16``) to its default gateway, so the
+API server's ``cluster`` egress (its pod, service and node proxy connections - what KubeRay's
+``--use-kubernetes-proxy`` mode uses to reach the Ray dashboard of a RayService) goes through an
+HTTP CONNECT "proxy" of ours on a Unix socket that refuses every request and counts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import copy
+import http.client
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from runtime.testing import controlplane  # noqa: E402
+
+__all__ = [
+    "CREATED_KINDS",
+    "KUBERAY_VERSION",
+    "SAMPLES",
+    "Sample",
+    "expected_worker_pods",
+    "main",
+    "normalise",
+    "render",
+    "sort_appended_ports",
+]
+
+KUBERAY_VERSION = "v1.5.0"
+"""The KubeRay release recorded (``hack/peers/kuberay.sh`` builds it)."""
+
+CREATED_KINDS = ("pods", "services", "serviceaccounts", "roles", "rolebindings")
+"""The keys of ``created``: the resources whose creates are recorded."""
+
+OUT_DIR = ROOT / "tests" / "unit" / "testdata" / f"kuberay-{KUBERAY_VERSION}"
+
+UID_PLACEHOLDER = "<uid>"
+RANDOM_SUFFIX_PLACEHOLDER = "xxxxx"
+USER_AGENT_PREFIX = "kuberay-operator/"
+"""KubeRay sets its client's user agent to ``kuberay-operator/<version>``."""
+
+WAIT_SECONDS = 90.0
+"""Bound on waiting for KubeRay to create a sample's pods (all samples run at once)."""
+
+T = TypeVar("T")
+
+
+class Sample:
+    """One sample: where it comes from and what it contains."""
+
+    def __init__(self, source: str, path: pathlib.Path) -> None:
+        self.source = source
+        """The path recorded in the output (relative to KubeRay's module or to this repo)."""
+        self.path = path
+        self.stem = path.name.removesuffix(".yaml")
+        self.namespace = "".join(c if c.isalnum() else "-" for c in self.stem.lower())
+        self.docs: list[dict[str, Any]] = [
+            d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)
+        ]
+        (self.ray_object,) = [d for d in self.docs if d.get("apiVersion") == "ray.io/v1"]
+        self.kind = str(self.ray_object["kind"])
+        self.name = str(self.ray_object["metadata"]["name"])
+
+
+SAMPLES = (
+    "ray-cluster.sample.yaml",
+    "ray-cluster.complete.yaml",
+    "ray-cluster.autoscaler.yaml",
+    "ray-cluster.autoscaler-v2.yaml",
+    "ray-cluster.head-command.yaml",
+    "ray-cluster.overwrite-command.yaml",
+    "ray-cluster.tpu-v4-multihost.yaml",
+    "ray-cluster.custom-head-service.yaml",
+    "ray-service.sample.yaml",
+)
+"""File names under ``config/samples/`` of KubeRay's module; this repo's own
+``config/samples/ray_v1_raycluster.yaml`` is recorded too."""
+
+OWN_SAMPLE = "config/samples/ray_v1_raycluster.yaml"
+
+
+def log(message: str) -> None:
+    print(f"[golden] {message}", file=sys.stderr, flush=True)
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float) -> T:
+    """Poll ``check`` until it returns something truthy; ``TimeoutError`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+# -- pure helpers (unit-testable) -------------------------------------------------------------
+
+
+def expected_worker_pods(spec: Mapping[str, Any]) -> int:
+    """Worker pods KubeRay creates for a RayCluster spec: per group, ``replicas`` held within
+    ``[minReplicas, maxReplicas]`` (0 if the group is suspended), times ``numOfHosts``.
+
+    >>> expected_worker_pods({"workerGroupSpecs": [
+    ...     {"replicas": 1, "minReplicas": 1, "maxReplicas": 1, "numOfHosts": 2},
+    ...     {"replicas": 9, "minReplicas": 0, "maxReplicas": 4},
+    ...     {"replicas": 3, "minReplicas": 0, "maxReplicas": 5, "suspend": True}]})
+    6
+    """
+    total = 0
+    for group in spec.get("workerGroupSpecs") or []:
+        if group.get("suspend"):
+            continue
+        low, high = int(group.get("minReplicas", 0)), int(group.get("maxReplicas", 2**31 - 1))
+        replicas = int(group.get("replicas", low))
+        desired = high if low > high else min(max(replicas, low), high)
+        total += desired * max(int(group.get("numOfHosts", 1)), 1)
+    return total
+
+
+def normalise(obj: Any, renames: Mapping[str, str] | None = None) -> Any:
+    """A copy of ``obj`` with every ``ownerReferences[].uid`` set to ``"<uid>"`` and each
+    ``renames`` key replaced by its value inside every string (keys included).
+
+    >>> normalise({"metadata": {"name": "a-q7x2b-head-", "ownerReferences": [{"uid": "1"}]}},
+    ...           {"a-q7x2b": "a-xxxxx"})
+    {'metadata': {'name': 'a-xxxxx-head-', 'ownerReferences': [{'uid': '<uid>'}]}}
+    """
+
+    def text(value: str) -> str:
+        for old, new in (renames or {}).items():
+            value = value.replace(old, new)
+        return value
+
+    def walk(value: Any, key: str = "") -> Any:
+        if isinstance(value, dict):
+            return {text(k): walk(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            items = [walk(v) for v in value]
+            if key == "ownerReferences":
+                items = [dict(ref, uid=UID_PLACEHOLDER) if "uid" in ref else ref for ref in items]
+            return items
+        if isinstance(value, str):
+            return text(value)
+        return copy.deepcopy(value)
+
+    return walk(obj)
+
+
+def pod_sort_key(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
+    """Head first, then workers by group, then by name or generateName (then the whole body)."""
+    meta = pod.get("metadata", {})
+    labels = meta.get("labels", {})
+    head = 0 if labels.get("ray.io/node-type") == "head" else 1
+    name = meta.get("name") or meta.get("generateName") or ""
+    return head, labels.get("ray.io/group", ""), name, json.dumps(pod, sort_keys=True)
+
+
+def name_sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata", {})
+    return meta.get("name") or meta.get("generateName") or "", json.dumps(obj, sort_keys=True)
+
+
+def sort_appended_ports(service: dict[str, Any], given: int) -> None:
+    """Sort by name the ports after the first ``given`` of a service (in place).
+
+    KubeRay appends its default ports to a custom head service in Go map order, which
+    changes from run to run; the user's own ports stay first, as given.
+
+    >>> svc = {"spec": {"ports": [{"name": "mine"}, {"name": "gcs"}, {"name": "client"}]}}
+    >>> sort_appended_ports(svc, 1)
+    >>> [p["name"] for p in svc["spec"]["ports"]]
+    ['mine', 'client', 'gcs']
+    """
+    ports = service.get("spec", {}).get("ports") or []
+    ports[given:] = sorted(ports[given:], key=lambda port: str(port.get("name", "")))
+
+
+def stored_raycluster(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The RayCluster as stored, without the server's volatile bookkeeping and the status."""
+    out = copy.deepcopy(dict(obj))
+    out.pop("status", None)
+    meta = out.get("metadata", {})
+    for key in ("managedFields", "uid", "resourceVersion", "creationTimestamp", "generation"):
+        meta.pop(key, None)
+    return out
+
+
+def render(document: Mapping[str, Any]) -> str:
+    """The file's exact text: ``indent=1``, sorted keys, a trailing newline."""
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+# -- building and starting things -------------------------------------------------------------
+
+
+def last_line(args: Sequence[str]) -> str:
+    done = subprocess.run(args, check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"{args[0]} printed nothing")
+    return lines[-1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RefusingConnectProxy:
+    """An HTTP CONNECT endpoint on a Unix socket that answers 403 to everything, counting
+    the targets asked for.
+
+    The API server's ``cluster`` egress goes here, so nothing it proxies to a pod, service or
+    node ever leaves the machine.
+    """
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+        self.targets: collections.Counter[str] = collections.Counter()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(16)
+        self._thread = threading.Thread(target=self._serve, name="refusing-proxy", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    head = conn.recv(4096).decode(errors="replace")
+                    parts = head.split(" ", 2)
+                    self.targets[parts[1] if len(parts) > 1 else "?"] += 1
+                    conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "Request",
+            "verbs": ["create"],
+            "resources": [
+                {"group": "", "resources": ["pods", "services", "serviceaccounts"]},
+                {"group": "rbac.authorization.k8s.io", "resources": ["roles", "rolebindings"]},
+                {"group": "ray.io", "resources": ["rayclusters"]},
+            ],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+def egress_config(uds: pathlib.Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiserver.k8s.io/v1beta1",
+        "kind": "EgressSelectorConfiguration",
+        "egressSelections": [
+            {
+                "name": "cluster",
+                "connection": {
+                    "proxyProtocol": "HTTPConnect",
+                    "transport": {"uds": {"udsName": str(uds)}},
+                },
+            }
+        ],
+    }
+
+
+@contextlib.contextmanager
+def kuberay_running(
+    binary: str, kubeconfig: pathlib.Path, log_path: pathlib.Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run the KubeRay operator until the block ends; it is killed (its whole group) on exit."""
+    metrics, health = free_port(), free_port()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/root"),
+        "CLUSTER_DOMAIN": "cluster.local",
+    }
+    args = [
+        binary,
+        "--kubeconfig", str(kubeconfig),
+        "--enable-leader-election=false",
+        "--metrics-addr", f"127.0.0.1:{metrics}",
+        "--health-probe-bind-address", f"127.0.0.1:{health}",
+        "--use-kubernetes-proxy",
+    ]  # fmt: skip
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"KubeRay exited with {proc.returncode}; see {log_path}")
+            conn = http.client.HTTPConnection("127.0.0.1", health, timeout=2)
+            try:
+                conn.request("GET", "/readyz")
+                return conn.getresponse().status == 200
+            except OSError:
+                return False
+            finally:
+                conn.close()
+
+        wait_for("KubeRay /readyz", healthy, 60)
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait(5)
+
+
+# -- the audit log ----------------------------------------------------------------------------
+
+
+def kuberay_creates(audit_log: pathlib.Path) -> list[dict[str, Any]]:
+    """Every completed ``create`` event KubeRay's client sent, in log order."""
+    events = []
+    with contextlib.suppress(FileNotFoundError), open(audit_log) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break  # a line still being written
+            event = json.loads(line)
+            if event.get("stage") != "ResponseComplete" or event.get("verb") != "create":
+                continue
+            if not str(event.get("userAgent", "")).startswith(USER_AGENT_PREFIX):
+                continue
+            events.append(event)
+    return events
+
+
+def succeeded(event: Mapping[str, Any]) -> bool:
+    return 200 <= int(event.get("responseStatus", {}).get("code", 0)) < 300
+
+
+def in_namespace(events: Sequence[Mapping[str, Any]], namespace: str) -> list[Mapping[str, Any]]:
+    return [e for e in events if e.get("objectRef", {}).get("namespace") == namespace]
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+def load_samples() -> list[Sample]:
+    crds = pathlib.Path(last_line([str(ROOT / "hack/peers/kuberay.sh"), "--crds"]))
+    module = crds.parents[2]
+    samples = [Sample(f"config/samples/{n}", module / "config" / "samples" / n) for n in SAMPLES]
+    samples.append(Sample(OWN_SAMPLE, ROOT / OWN_SAMPLE))
+    return samples
+
+
+def apply(cp: controlplane.ControlPlane, sample: Sample) -> None:
+    ns = sample.namespace
+    cp.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": ns}})  # fmt: skip
+    for doc in sample.docs:
+        if doc is sample.ray_object:
+            continue
+        if doc.get("apiVersion") != "v1" or doc.get("kind") != "ConfigMap":
+            raise RuntimeError(f"{sample.source}: cannot create a {doc.get('kind')} yet")
+        cp.request("POST", f"/api/v1/namespaces/{ns}/configmaps", doc)
+    plural = {"RayCluster": "rayclusters", "RayService": "rayservices"}[sample.kind]
+    cp.request("POST", f"/apis/ray.io/v1/namespaces/{ns}/{plural}", sample.ray_object)
+
+
+def the_raycluster(cp: controlplane.ControlPlane, sample: Sample) -> dict[str, Any] | None:
+    """The RayCluster whose pods are recorded: the sample's, or the one KubeRay made for it."""
+    base = f"/apis/ray.io/v1/namespaces/{sample.namespace}/rayclusters"
+    if sample.kind == "RayCluster":
+        return dict(cp.request("GET", f"{base}/{sample.name}"))
+    items = cp.request("GET", base)["items"]
+    if len(items) > 1:
+        raise RuntimeError(f"{sample.source}: KubeRay made {len(items)} RayClusters")
+    return dict(items[0]) if items else None
+
+
+def collect(
+    cp: controlplane.ControlPlane, audit_log: pathlib.Path, sample: Sample
+) -> tuple[dict[str, Any], int]:
+    """Wait for a sample's pods, then its output document and how many creates KubeRay made."""
+    cluster = wait_for(
+        f"the RayCluster of {sample.source}", lambda: the_raycluster(cp, sample), WAIT_SECONDS
+    )
+    want = 1 + expected_worker_pods(cluster["spec"])
+
+    def pods_created() -> list[Mapping[str, Any]] | None:
+        events = [e for e in in_namespace(kuberay_creates(audit_log), sample.namespace)
+                  if succeeded(e)]  # fmt: skip
+        pods = [e for e in events if e["objectRef"]["resource"] == "pods"]
+        if len(pods) > want:
+            raise RuntimeError(f"{sample.source}: KubeRay created {len(pods)} pods, not {want}")
+        return events if len(pods) == want else None
+
+    events = wait_for(f"{want} pods of {sample.source}", pods_created, WAIT_SECONDS)
+    failed = [e for e in in_namespace(kuberay_creates(audit_log), sample.namespace)
+              if not succeeded(e)]  # fmt: skip
+    for event in failed:
+        ref = event["objectRef"]
+        log(f"{sample.source}: a create of {ref['resource']} {ref.get('name', '')} failed: "
+            f"{event.get('responseStatus')}")  # fmt: skip
+    cluster = the_raycluster(cp, sample) or cluster  # re-read: what the pods were built from
+    created: dict[str, list[Any]] = {kind: [] for kind in CREATED_KINDS}
+    unexpected: collections.Counter[str] = collections.Counter()
+    for event in events:
+        resource = event["objectRef"]["resource"]
+        if resource in created:
+            created[resource].append(event["requestObject"])
+        elif resource != "rayclusters":
+            unexpected[resource] += 1
+    if unexpected:
+        raise RuntimeError(f"{sample.source}: unexpected creates {dict(unexpected)}")
+    renames: dict[str, str] = {}
+    if sample.kind == "RayService":
+        name = cluster["metadata"]["name"]
+        renames[name] = f"{name[: -len(RANDOM_SUFFIX_PLACEHOLDER)]}{RANDOM_SUFFIX_PLACEHOLDER}"
+    custom = cluster["spec"]["headGroupSpec"].get("headService")
+    if custom:
+        for service in created["services"]:
+            sort_appended_ports(service, len(custom.get("spec", {}).get("ports") or []))
+    created["pods"].sort(key=pod_sort_key)
+    for kind in CREATED_KINDS[1:]:
+        created[kind].sort(key=name_sort_key)
+    document = {
+        "source": sample.source,
+        "kuberay_version": KUBERAY_VERSION,
+        "raycluster": normalise(stored_raycluster(cluster), renames),
+        "created": normalise(created, renames),
+    }
+    return document, len(events)
+
+
+def creates_in(audit_log: pathlib.Path, namespace: str) -> int:
+    """How many successful creates KubeRay has made in ``namespace`` so far."""
+    return sum(1 for e in in_namespace(kuberay_creates(audit_log), namespace) if succeeded(e))
+
+
+def run(out_dir: pathlib.Path) -> None:
+    bin_dir = pathlib.Path(last_line([str(ROOT / "hack/controlplane/build.sh")]))
+    kuberay = last_line([str(ROOT / "hack/peers/kuberay.sh")])
+    crd_dir = pathlib.Path(last_line([str(ROOT / "hack/peers/kuberay.sh"), "--crds"]))
+    samples = load_samples()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kuberay-golden-") as tmp:
+        work = pathlib.Path(tmp)
+        audit_log = work / "audit.log"
+        (work / "audit-policy.json").write_text(json.dumps(AUDIT_POLICY))
+        guard = RefusingConnectProxy(work / "egress.sock")
+        (work / "egress.json").write_text(json.dumps(egress_config(guard.path)))
+        options = controlplane.Options(
+            bin_dir=bin_dir, controller_manager=True, scheduler=True, kwok=True, nodes=2,
+            extra_apiserver_flags=[
+                f"--audit-policy-file={work / 'audit-policy.json'}",
+                f"--audit-log-path={audit_log}",
+                "--audit-log-mode=blocking",
+                f"--egress-selector-config-file={work / 'egress.json'}",
+            ],
+        )  # fmt: skip
+        results: list[tuple[dict[str, Any], int]] = []
+        try:
+            with controlplane.running(options) as cp:
+                assert cp.kubeconfig is not None
+                cp.install_crds(crd_dir)
+                log(f"control plane up, KubeRay CRDs installed ({time.monotonic() - started:.0f}s)")
+                with kuberay_running(kuberay, cp.kubeconfig, work / "kuberay.log"):
+                    log(f"KubeRay {KUBERAY_VERSION} running ({time.monotonic() - started:.0f}s)")
+                    for sample in samples:
+                        apply(cp, sample)
+                    for sample in samples:
+                        results.append(collect(cp, audit_log, sample))
+                        log(f"{sample.source}: {results[-1][1]} creates")
+                    # Whatever KubeRay did since, it must not have created anything more.
+                    for sample, (_, count) in zip(samples, results, strict=True):
+                        later = creates_in(audit_log, sample.namespace)
+                        if later != count:
+                            raise RuntimeError(
+                                f"{sample.source}: KubeRay went on creating "
+                                f"({count} -> {later} creates)"
+                            )
+        except BaseException:
+            kuberay_log = work / "kuberay.log"
+            if kuberay_log.exists():
+                tail = kuberay_log.read_text(errors="replace").splitlines()[-30:]
+                log("last lines of the KubeRay log:\n" + "\n".join(tail))
+            raise
+        finally:
+            guard.close()
+        log(f"API server egress attempts refused: {sum(guard.targets.values())} "
+            f"{dict(sorted(guard.targets.items()))}")  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for sample, (document, _) in zip(samples, results, strict=True):
+        (out_dir / f"{sample.stem}.json").write_text(render(document))
+    log(f"wrote {len(results)} files to {out_dir} in {time.monotonic() - started:.0f}s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=pathlib.Path, default=OUT_DIR,
+                        help=f"output directory (default {OUT_DIR.relative_to(ROOT)})")  # fmt: skip
+    args = parser.parse_args(argv)
+    run(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
