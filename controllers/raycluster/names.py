@@ -1,0 +1,423 @@
+"""Names and labels of everything the RayCluster controller creates, and what makes them impossible.
+
+The rules are KubeRay v1.5.0's, so a cluster moved from KubeRay gets objects of the
+same names:
+
+- **head service** ``<cluster>-head-svc``, or ``headGroupSpec.headService.metadata.name``
+  when the user's Service template names one (:func:`head_service_name_for`); never
+  shortened (a cluster name is at most :data:`MAX_CLUSTER_NAME_LENGTH` characters, so
+  the longest suffix, ``-serve-svc``, still fits in 63);
+- **serve service** ``<cluster>-serve-svc``; **multi-host worker service**
+  ``<cluster>-headless``;
+- **pods** are created with ``metadata.generateName`` (the API server appends 5
+  random characters): ``<cluster>-head-`` and ``<cluster>-<group>-worker-``, the part
+  before ``-head``/``-worker`` cut to its first 50 characters and lower-cased, so a
+  generated name never exceeds 63;
+- **autoscaler ServiceAccount, Role and RoleBinding** are named after the cluster
+  (or the head template's ``serviceAccountName``), passed through :func:`clip` (KubeRay's
+  ``CheckName``: the *last* 50 characters, a leading digit or punctuation mark
+  replaced by ``r``);
+- the ``ray.io/identifier`` label is ``<cluster>-head`` / ``<cluster>-worker``
+  through :func:`clip_label` (the last 63 characters).
+
+:func:`problems` lists why a cluster's objects cannot be created, in plain words:
+KubeRay's ``ValidateRayClusterMetadata`` and ``ValidateRayClusterSpec`` (all of
+them, not only the first), its admission webhook's unique group names, and the
+few checks KubeRay leaves to the API server that are certain to fail (a group name
+that is no label value, a serve service without a ``serve`` port). A non-empty list
+means "fix the spec": the reconciler reports it and does not retry.
+
+KubeRay differences, on purpose: a worker group with ``suspend: true`` is accepted
+(KubeRay v1.5.0 rejects it unless its ``RayJobDeletionPolicy`` feature gate is on;
+this operator always supports per-group suspend), except with the autoscaler on,
+as in KubeRay.
+
+>>> head_service_name("demo"), head_pod_prefix("demo"), worker_pod_prefix("demo", "small")
+('demo-head-svc', 'demo-head-', 'demo-small-worker-')
+>>> len(worker_pod_prefix("c" * 53, "g" * 40) + "xxxxx")
+63
+>>> clip("7-up"), clip("x" * 49 + "yz") == "x" * 48 + "yz"
+('r-up', True)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from api import v1
+
+__all__ = [
+    "APP_NAME",
+    "CLUSTER_LABEL",
+    "CREATED_BY",
+    "CREATED_BY_LABEL",
+    "DEFAULT_NAMESPACE",
+    "ENABLE_SERVE_SERVICE_ANNOTATION",
+    "EXTERNAL_STORAGE_NS_ANNOTATION",
+    "FT_ENABLED_ANNOTATION",
+    "GROUP_LABEL",
+    "HEADLESS_SERVICE_LABEL",
+    "HEAD_GROUP",
+    "HOST_INDEX_LABEL",
+    "IDENTIFIER_LABEL",
+    "IS_RAY_NODE_LABEL",
+    "MAX_CLUSTER_NAME_LENGTH",
+    "NAME_LABEL",
+    "NODE_TYPE_LABEL",
+    "ORIGINATED_FROM_CRD_LABEL",
+    "ORIGINATED_FROM_NAME_LABEL",
+    "OVERWRITE_CONTAINER_CMD_ANNOTATION",
+    "REPLICA_INDEX_LABEL",
+    "REPLICA_NAME_LABEL",
+    "SERVE_LABEL",
+    "clip",
+    "clip_label",
+    "head_fqdn",
+    "head_pod_prefix",
+    "head_service_name",
+    "head_service_name_for",
+    "headless_service_name",
+    "identifier",
+    "namespace_of",
+    "problems",
+    "serve_service_name",
+    "worker_pod_prefix",
+]
+
+# --- label and annotation keys (KubeRay's) ---------------------------------------------------
+CLUSTER_LABEL = "ray.io/cluster"
+NODE_TYPE_LABEL = "ray.io/node-type"
+GROUP_LABEL = "ray.io/group"
+IDENTIFIER_LABEL = "ray.io/identifier"
+IS_RAY_NODE_LABEL = "ray.io/is-ray-node"
+SERVE_LABEL = "ray.io/serve"
+"""On pods of a RayService's cluster: whether the pod takes serve traffic."""
+HEADLESS_SERVICE_LABEL = "ray.io/headless-worker-svc"
+ORIGINATED_FROM_NAME_LABEL = "ray.io/originated-from-cr-name"
+ORIGINATED_FROM_CRD_LABEL = "ray.io/originated-from-crd"
+"""On a RayCluster made by a RayService (``RayService``) or RayJob (``RayJob``)."""
+REPLICA_NAME_LABEL = "ray.io/worker-group-replica-name"
+REPLICA_INDEX_LABEL = "ray.io/worker-group-replica-index"
+HOST_INDEX_LABEL = "ray.io/replica-host-index"
+NAME_LABEL = "app.kubernetes.io/name"
+CREATED_BY_LABEL = "app.kubernetes.io/created-by"
+
+FT_ENABLED_ANNOTATION = "ray.io/ft-enabled"
+EXTERNAL_STORAGE_NS_ANNOTATION = "ray.io/external-storage-namespace"
+OVERWRITE_CONTAINER_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
+ENABLE_SERVE_SERVICE_ANNOTATION = "ray.io/enable-serve-service"
+
+APP_NAME = "kuberay"
+"""The value of ``app.kubernetes.io/name`` on everything created (KubeRay's)."""
+CREATED_BY = "rayservice-operator"
+"""Our operator's name, for ``app.kubernetes.io/created-by`` (KubeRay: ``kuberay-operator``)."""
+HEAD_GROUP = "headgroup"
+"""The ``ray.io/group`` value of the head pod."""
+
+MAX_CLUSTER_NAME_LENGTH = 53
+"""63 minus the longest service suffix (``-serve-svc``)."""
+DEFAULT_NAMESPACE = "default"
+
+_POD_PREFIX_MAX = 50  # 63 - len("-worker-") - 5 generated characters
+_CLIP_MAX = 50
+_LABEL_MAX = 63
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_PUNCTUATION = frozenset("!\"#%&'()*,-./:;?@[\\]_{}")  # Go's unicode.IsPunct on ASCII
+
+
+def head_service_name(cluster_name: str) -> str:
+    """The default head service name: ``<cluster>-head-svc``."""
+    return f"{cluster_name}-head-svc"
+
+
+def head_service_name_for(cluster: v1.RayCluster) -> str:
+    """The head service's name: the ``headService`` template's name if it sets one."""
+    custom = (cluster.spec.head_group_spec.head_service or {}).get("metadata") or {}
+    return str(custom.get("name") or head_service_name(_name(cluster)))
+
+
+def serve_service_name(cluster_name: str) -> str:
+    """``<cluster>-serve-svc`` (the serve service of a cluster annotated for it)."""
+    return f"{cluster_name}-serve-svc"
+
+
+def headless_service_name(cluster_name: str) -> str:
+    """``<cluster>-headless`` (peer DNS for multi-host worker groups)."""
+    return f"{cluster_name}-headless"
+
+
+def head_pod_prefix(cluster_name: str) -> str:
+    """The head pod's ``generateName``."""
+    return _pod_prefix(cluster_name, "head")
+
+
+def worker_pod_prefix(cluster_name: str, group_name: str) -> str:
+    """A worker pod's ``generateName``."""
+    return _pod_prefix(f"{cluster_name}-{group_name}", "worker")
+
+
+def _pod_prefix(prefix: str, node_type: str) -> str:
+    return f"{prefix[:_POD_PREFIX_MAX]}-{node_type}-".lower()
+
+
+def identifier(cluster_name: str, node_type: str) -> str:
+    """The ``ray.io/identifier`` label value: ``<cluster>-<node type>``, clipped to a label."""
+    return clip_label(f"{cluster_name}-{node_type}")
+
+
+def clip(name: str) -> str:
+    """KubeRay's ``CheckName``: keep the last 50 characters; no leading digit or punctuation.
+
+    >>> clip("ok"), clip("-x"), clip("a" * 49 + "bc")
+    ('ok', 'rx', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaabc')
+    """
+    if len(name) > _CLIP_MAX:
+        name = name[len(name) - _CLIP_MAX :]
+    if name[:1].isdigit():
+        name = "r" + name[1:]
+    if name[:1] in _PUNCTUATION:
+        name = "r" + name[1:]
+    return name
+
+
+def clip_label(value: str) -> str:
+    """KubeRay's ``CheckLabel``: keep the last 63 characters; no leading punctuation.
+
+    >>> clip_label("x" * 70) == "x" * 63, clip_label("-a")
+    (True, 'ra')
+    """
+    if len(value) > _LABEL_MAX:
+        value = value[len(value) - _LABEL_MAX :]
+    if value[:1] in _PUNCTUATION:
+        value = "r" + value[1:]
+    return value
+
+
+def namespace_of(cluster: v1.RayCluster) -> str:
+    """The cluster's namespace (``default`` when the object carries none, as in tests)."""
+    return str(cluster.metadata.get("namespace") or DEFAULT_NAMESPACE)
+
+
+def head_fqdn(cluster: v1.RayCluster, cluster_domain: str = "cluster.local") -> str:
+    """``<head service>.<namespace>.svc.<cluster domain>``: where workers find the head.
+
+    >>> head_fqdn(v1.RayCluster.model_validate({"metadata": {"name": "a", "namespace": "ns"},
+    ...                                         "spec": {"headGroupSpec": {"template": {}}}}))
+    'a-head-svc.ns.svc.cluster.local'
+    """
+    return f"{head_service_name_for(cluster)}.{namespace_of(cluster)}.svc.{cluster_domain}"
+
+
+def _name(cluster: v1.RayCluster) -> str:
+    return str(cluster.metadata.get("name") or "")
+
+
+# --- problems ---------------------------------------------------------------------------------
+
+
+def problems(cluster: v1.RayCluster) -> list[str]:
+    """Why the objects of ``cluster`` cannot be created; empty when they can.
+
+    >>> for problem in problems(v1.RayCluster.model_validate({"metadata": {"name": "Bad_Name"},
+    ...     "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{}]}}}}})):
+    ...     print(problem)  # doctest: +NORMALIZE_WHITESPACE
+    RayCluster name 'Bad_Name' is not a valid DNS-1035 label
+      (lower-case letters, digits and '-', starting with a letter)
+    """
+    found = _metadata_problems(_name(cluster))
+    found += _spec_problems(cluster)
+    return found
+
+
+def _metadata_problems(name: str) -> list[str]:
+    found = []
+    if len(name) > MAX_CLUSTER_NAME_LENGTH:
+        found.append(
+            f"RayCluster name should be no more than {MAX_CLUSTER_NAME_LENGTH} characters "
+            f"(it is {len(name)}): the serve service name <name>-serve-svc must fit in 63"
+        )
+    if not _DNS1035.fullmatch(name) or len(name) > _LABEL_MAX:
+        found.append(
+            f"RayCluster name {name!r} is not a valid DNS-1035 label "
+            "(lower-case letters, digits and '-', starting with a letter)"
+        )
+    return found
+
+
+def _containers(template: Mapping[str, Any]) -> list[Any]:
+    spec = template.get("spec") or {}
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    return list(containers) if isinstance(containers, list) else []
+
+
+def _pod_spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = template.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _env_of(container: Any) -> dict[str, Any]:
+    """The container's env vars by name (first wins); ``{}`` for anything malformed."""
+    out: dict[str, Any] = {}
+    env = container.get("env") if isinstance(container, Mapping) else None
+    for item in env if isinstance(env, list) else []:
+        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            out.setdefault(item["name"], item)
+    return out
+
+
+def _spec_problems(cluster: v1.RayCluster) -> list[str]:
+    spec = cluster.spec
+    head = spec.head_group_spec
+    annotations = cluster.metadata.get("annotations") or {}
+    found: list[str] = []
+    head_containers = _containers(head.template)
+    if not head_containers:
+        found.append("headGroupSpec.template should have at least one container")
+    found += _group_problems("Head", head.ray_start_params, head.resources, head.labels)
+    seen: set[str] = set()
+    for group in spec.worker_group_specs or []:
+        name = group.group_name
+        if name in seen:
+            found.append(f"worker group names must be unique: {name!r} appears more than once")
+        seen.add(name)
+        if len(name) > _LABEL_MAX or not _LABEL_NAME.fullmatch(name):
+            found.append(
+                f"worker group name {name!r} is not a valid label value (at most 63 letters, "
+                "digits, '-', '_' or '.', starting and ending with a letter or digit): it is "
+                f"the pods' {GROUP_LABEL} label"
+            )
+        if not _containers(group.template):
+            found.append(f"workerGroupSpec {name!r}: template should have at least one container")
+        found += _group_problems(name, group.ray_start_params, group.resources, group.labels)
+
+    head_env = _env_of(head_containers[0]) if head_containers else {}
+    ft_options = spec.gcs_fault_tolerance_options
+    ft_annotation = str(annotations.get(FT_ENABLED_ANNOTATION, ""))
+    ft_enabled = ft_annotation.lower() == "true" or ft_options is not None
+    if ft_annotation and ft_options is not None:
+        found.append(
+            f"the {FT_ENABLED_ANNOTATION} annotation and gcsFaultToleranceOptions are both set; "
+            "use only gcsFaultToleranceOptions to configure GCS fault tolerance"
+        )
+    if not ft_enabled and "RAY_REDIS_ADDRESS" in head_env:
+        found.append(
+            "RAY_REDIS_ADDRESS is set, which implicitly enables GCS fault tolerance, but "
+            "gcsFaultToleranceOptions is not set; set gcsFaultToleranceOptions instead"
+        )
+    if ft_options is not None:
+        if head.ray_start_params.get("redis-password"):
+            found.append(
+                "cannot set redis-password in rayStartParams with gcsFaultToleranceOptions; "
+                "use gcsFaultToleranceOptions.redisPassword"
+            )
+        if "REDIS_PASSWORD" in head_env:
+            found.append(
+                "cannot set the REDIS_PASSWORD env var in the head pod with "
+                "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.redisPassword"
+            )
+        if "RAY_REDIS_ADDRESS" in head_env:
+            found.append(
+                "cannot set the RAY_REDIS_ADDRESS env var in the head pod with "
+                "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.redisAddress"
+            )
+        if annotations.get(EXTERNAL_STORAGE_NS_ANNOTATION):
+            found.append(
+                f"cannot set the {EXTERNAL_STORAGE_NS_ANNOTATION} annotation with "
+                "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.externalStorageNamespace"
+            )
+    if head.ray_start_params.get("redis-username") or "REDIS_USERNAME" in head_env:
+        found.append(
+            "cannot set a redis username in rayStartParams or environment variables; "
+            "use gcsFaultToleranceOptions.redisUsername"
+        )
+    found += _autoscaler_problems(cluster, head_env)
+    if str(annotations.get(ENABLE_SERVE_SERVICE_ANNOTATION)) == "true" and not _has_serve_port(
+        head_containers
+    ):
+        found.append(
+            f"the {ENABLE_SERVE_SERVICE_ANNOTATION} annotation asks for a serve service, but the "
+            "head container has ports and none is named 'serve'"
+        )
+    return found
+
+
+def _has_serve_port(head_containers: list[Any]) -> bool:
+    """Whether the serve service gets a port (no ports at all: KubeRay's defaults, with serve)."""
+    if not head_containers or not isinstance(head_containers[0], Mapping):
+        return True
+    ports = head_containers[0].get("ports") or []
+    return not ports or any(isinstance(p, Mapping) and p.get("name") == "serve" for p in ports)
+
+
+def _autoscaler_problems(cluster: v1.RayCluster, head_env: dict[str, Any]) -> list[str]:
+    spec = cluster.spec
+    found = []
+    v2_env = head_env.get("RAY_enable_autoscaler_v2")
+    if not spec.enable_in_tree_autoscaling:
+        if v2_env is not None and v2_env.get("value") in ("1", "true"):
+            found.append(
+                f"the env var RAY_enable_autoscaler_v2 cannot be {v2_env.get('value')!r} when "
+                "enableInTreeAutoscaling is false; set enableInTreeAutoscaling: true"
+            )
+        return found
+    for group in spec.worker_group_specs or []:
+        if group.suspend:
+            found.append(
+                f"worker group {group.group_name!r} cannot be suspended with the autoscaler enabled"
+            )
+    options = spec.autoscaler_options or {}
+    if options.get("version") is not None and v2_env is not None:
+        found.append(
+            "both autoscalerOptions.version and the head env var RAY_enable_autoscaler_v2 are "
+            "set; use only the former"
+        )
+    if options.get("version") == "v2":
+        policy = _pod_spec(spec.head_group_spec.template).get("restartPolicy")
+        if policy not in (None, "", "Never"):
+            found.append(
+                "restartPolicy of the head pod should be Never or unset with autoscaler v2"
+            )
+        for group in spec.worker_group_specs or []:
+            policy = _pod_spec(group.template).get("restartPolicy")
+            if policy not in (None, "", "Never"):
+                found.append(
+                    f"restartPolicy of worker group {group.group_name!r} should be Never or "
+                    "unset with autoscaler v2"
+                )
+    return found
+
+
+def _group_problems(
+    group: str,
+    params: Mapping[str, str],
+    resources: Mapping[str, str] | None,
+    labels: Mapping[str, str] | None,
+) -> list[str]:
+    found = []
+    if resources and any(params.get(k) for k in ("num-cpus", "num-gpus", "memory", "resources")):
+        found.append(
+            f"resources are set in both rayStartParams and resources of the {group} group; "
+            "use only one"
+        )
+    if "labels" in params:
+        found.append(
+            f"rayStartParams['labels'] is not supported for the {group} group; use the "
+            "top-level labels field"
+        )
+    for key, value in (labels or {}).items():
+        if not _qualified_name(key):
+            found.append(f"invalid label key for the {group} group: {key!r}")
+        if len(value) > _LABEL_MAX or (value and not _LABEL_NAME.fullmatch(value)):
+            found.append(f"invalid label value for key {key!r} in the {group} group: {value!r}")
+    return found
+
+
+def _qualified_name(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return 0 < len(name) <= _LABEL_MAX and bool(_LABEL_NAME.fullmatch(name))
