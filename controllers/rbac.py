@@ -68,14 +68,23 @@ class Rule:
 _READ = "get list watch"
 
 RAYCLUSTER: tuple[Rule, ...] = (
-    Rule("ray.io", "rayclusters", _READ),
+    Rule("ray.io", "rayclusters", f"{_READ} patch"),
     Rule("ray.io", "rayclusters/status", "get update"),
     Rule("ray.io", "rayclusters/finalizers", "update"),
-    Rule("", "pods", f"{_READ} create delete"),
-    Rule("", "services", f"{_READ} create update"),
+    Rule("", "pods", f"{_READ} create delete patch"),
+    Rule("", "pods/resize", "patch"),
+    Rule("", "services", f"{_READ} create"),
+    Rule("", "serviceaccounts", f"{_READ} create"),
+    Rule("rbac.authorization.k8s.io", "roles", f"{_READ} create"),
+    Rule("rbac.authorization.k8s.io", "rolebindings", f"{_READ} create"),
     Rule("", "events", "create patch"),
 )
-"""The RayCluster reconciler: owns head and worker pods and the head service."""
+"""The RayCluster reconciler: owns head and worker pods, the head (and serve) service,
+and, for in-tree autoscaling, the autoscaler's ServiceAccount, Role and RoleBinding.
+Creating a Role requires holding what it grants (RBAC escalation prevention):
+the autoscaler's Role grants ``get list watch patch`` on pods, ``patch`` on
+``pods/resize`` and ``get patch`` on rayclusters, so those ``patch`` verbs are
+here for that reason only (the reconciler itself never patches)."""
 
 RAYSERVICE: tuple[Rule, ...] = (
     Rule("ray.io", "rayservices", f"{_READ} update"),

@@ -1,0 +1,362 @@
+"""The RayCluster reconciler: one pass makes the cluster's objects match its spec, then
+reports what the cache shows.
+
+One :meth:`Reconciler.reconcile` reads the RayCluster and everything it owns from
+the cache (never from the API server), and in KubeRay v1.5.0's order:
+
+1. skips a cluster that is being deleted (owner references let the garbage
+   collector remove its pods and services) or whose ``spec.managedBy`` names
+   another controller;
+2. refuses a cluster whose objects cannot be created at all (see
+   :func:`controllers.raycluster.names.problems`: a name too long for the
+   ``ray.io/cluster`` label or for the generated pod names, duplicate groups):
+   ``ReplicaFailure`` with reason ``InvalidRayClusterSpec`` and the problems as
+   the message, one Warning Event, and a :class:`~runtime.reconcile.TerminalError`
+   - no retry until the spec changes;
+3. with ``enableInTreeAutoscaling``, creates the autoscaler's ServiceAccount,
+   Role and RoleBinding; creates the head service (and the serve service when
+   the ``ray.io/enable-serve-service`` annotation is ``true``). Owned objects
+   are created when missing through :func:`runtime.objects.create_or_update`
+   and, as KubeRay does, never rewritten afterwards: an existing object is never
+   written;
+4. pods (those labelled ``ray.io/cluster=<name>``; terminating ones are gone
+   already): a suspending cluster loses every pod; otherwise the head pod is
+   created when missing and deleted when it has ended (phase ``Failed`` or
+   ``Succeeded``, or its Ray container terminated under ``restartPolicy:
+   Never``), and each worker group is brought to
+   :func:`~controllers.raycluster.status.desired_replicas`: ended pods are
+   replaced, ``scaleStrategy.workersToDelete`` that still exist are deleted, then
+   the difference is created, or deleted not-Ready pods first then the newest
+   (with in-tree autoscaling the autoscaler chooses, through ``workersToDelete``,
+   unless ``ENABLE_RANDOM_POD_DELETE=true``); a suspended group loses its pods;
+5. computes the status (:func:`controllers.raycluster.status.compute`) from the
+   cache - which already holds this pass's own creates and deletes (write-through) -
+   and hands it to the :class:`~runtime.status.StatusWriter`, which writes only
+   when it means something new.
+
+A create or delete the server refuses stops step 4: the status says
+``ReplicaFailure`` with the reason (``FailedCreateHeadPod``,
+``FailedCreateWorkerPod``, ``FailedDeleteHeadPod``, ``FailedDeleteWorkerPod``,
+``FailedDeleteAllPods``) and the server's message, a Warning Event with the same
+reason is recorded (the recorder aggregates repeats), and the error is raised so
+the work queue retries with its growing per-item backoff - never a hot loop.
+
+Nothing is requeued on a timer: pods and services are watched (``owns``), so
+a converged cluster costs no request at all. No Normal Events are written for
+routine creates and deletes (each would be a write per pod; KubeRay writes
+them); failures get Warning Events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pydantic
+import structlog
+
+import api.v1 as v1
+from api.v1 import raycluster as raycluster_
+from controllers.raycluster import autoscaler, names, pods, services
+from controllers.raycluster import status as status_
+from runtime import events, objects, reconcile
+from runtime import status as runtime_status
+from runtime.cache import cache as cache_
+from runtime.client import errors, resources
+
+__all__ = [
+    "MANAGED_BY",
+    "PODS",
+    "ROLES",
+    "ROLE_BINDINGS",
+    "SERVICES",
+    "SERVICE_ACCOUNTS",
+    "Options",
+    "Reconciler",
+]
+
+Obj = dict[str, Any]
+
+PODS = resources.default_registry.for_kind("v1", "Pod")
+SERVICES = resources.default_registry.for_kind("v1", "Service")
+SERVICE_ACCOUNTS = resources.default_registry.for_kind("v1", "ServiceAccount")
+ROLES = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "Role")
+ROLE_BINDINGS = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
+
+MANAGED_BY = "ray.io/kuberay-operator"
+"""The ``spec.managedBy`` value KubeRay reconciles (as does this operator, its stand-in)."""
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() == "true"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    """How the reconciler builds pods. Every field states its default."""
+
+    cluster_domain: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("CLUSTER_DOMAIN") or "cluster.local"
+    )
+    """The DNS domain in worker addresses. Default ``$CLUSTER_DOMAIN``, else ``cluster.local``."""
+    created_by: str = pods.CREATED_BY
+    """The ``app.kubernetes.io/created-by`` label value. Default ``rayservice-operator``."""
+    random_pod_delete: bool = dataclasses.field(
+        default_factory=lambda: _env_flag("ENABLE_RANDOM_POD_DELETE")
+    )
+    """Scale autoscaled groups down without ``workersToDelete`` (KubeRay's
+    ``ENABLE_RANDOM_POD_DELETE``). Default ``$ENABLE_RANDOM_POD_DELETE == "true"``."""
+
+
+class _ReplicaFailure(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.failure = status_.Failure(reason, message)
+
+
+class Reconciler:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        client: Any,
+        cache: cache_.Cache,
+        recorder: events.Recorder,
+        options: Options | None = None,
+        *,
+        now: Callable[[], str] = runtime_status.rfc3339_now,
+    ) -> None:
+        self.client = client
+        self.cache = cache
+        self.recorder = recorder
+        self.options = options or Options()
+        self.now = now
+        self.writer = runtime_status.StatusWriter(
+            client,
+            volatile=raycluster_.RayClusterStatus.VOLATILE_FIELDS,
+            stamps={"lastUpdateTime": now},
+        )
+        self.log = structlog.get_logger("controllers.raycluster")
+
+    async def reconcile(self, request: reconcile.Request) -> reconcile.Result:
+        try:
+            obj = await self.cache.get(v1.RAYCLUSTERS, request.namespace, request.name)
+        except errors.NotFound:
+            return reconcile.Result()
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return reconcile.Result()
+        managed_by = (obj.get("spec") or {}).get("managedBy")
+        if managed_by not in (None, "", MANAGED_BY):
+            return reconcile.Result()
+        try:
+            cluster = v1.RayCluster.model_validate(obj)
+        except pydantic.ValidationError as exc:
+            await self._refuse(obj, None, [_validation_message(exc)])
+            raise reconcile.TerminalError(str(exc)) from exc
+        problems = names.problems(cluster)
+        if problems:
+            await self._refuse(obj, cluster, problems)
+            raise reconcile.TerminalError("; ".join(problems))
+
+        failure: _ReplicaFailure | None = None
+        try:
+            await self._owned_objects(obj, cluster)
+            await self._pods(obj, cluster)
+        except _ReplicaFailure as exc:
+            failure = exc
+        await self._write_status(obj, cluster, failure.failure if failure else None)
+        if failure is not None:
+            self.recorder.event(obj, "Warning", failure.failure.reason, failure.failure.message)
+            raise failure
+        return reconcile.Result()
+
+    # -- status ---------------------------------------------------------------------------
+
+    async def _cluster_pods(self, namespace: str, name: str) -> list[Obj]:
+        return await self.cache.list(PODS, namespace, label_selector=pods.selector(name))
+
+    async def _write_status(
+        self, obj: Obj, cluster: v1.RayCluster, failure: status_.Failure | None
+    ) -> None:
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        found = await self._cluster_pods(namespace, name)
+        try:
+            head_service: Obj | None = await self.cache.get(
+                SERVICES, namespace, names.head_service_name_for(cluster)
+            )
+        except errors.NotFound:
+            head_service = None
+        new = status_.compute(cluster, found, head_service, failure=failure, now=self.now())
+        result = await self.writer.update(obj, new)
+        if result.outcome is runtime_status.Outcome.STALE:
+            raise RuntimeError("the RayCluster changed while its status was computed; again")
+
+    async def _refuse(self, obj: Obj, cluster: v1.RayCluster | None, problems: list[str]) -> None:
+        message = "; ".join(problems)
+        self.recorder.event(obj, "Warning", "InvalidRayClusterSpec", message)
+        if cluster is None:
+            return
+        failure = status_.Failure("InvalidRayClusterSpec", message)
+        # Its pods cannot exist (their labels or names would be invalid): nothing to list.
+        await self.writer.update(
+            obj, status_.compute(cluster, [], None, failure=failure, now=self.now())
+        )
+
+    # -- owned objects ----------------------------------------------------------------------
+
+    async def _ensure(self, owner: Obj, resource: resources.Resource, desired: Obj) -> None:
+        """Create ``desired`` if the cache has no object of its name; never rewrite one."""
+        meta = desired["metadata"]
+
+        def mutate(current: Obj) -> None:
+            if "uid" in current["metadata"]:
+                return  # exists: KubeRay leaves it as it is, and so do we
+            current.update({k: v for k, v in desired.items() if k != "metadata"})
+            current["metadata"].update(meta)
+            objects.set_controller_reference(owner, current)
+
+        with contextlib.suppress(errors.AlreadyExists):  # created since the cache looked
+            await objects.create_or_update(
+                self.client, resource, meta["namespace"], meta["name"], mutate, cache=self.cache
+            )
+
+    async def _owned_objects(self, obj: Obj, cluster: v1.RayCluster) -> None:
+        created_by = self.options.created_by
+        for desired in autoscaler.rbac_objects(cluster, created_by=created_by):
+            await self._ensure(obj, self.client.resource_for(desired), desired)
+        await self._ensure(obj, SERVICES, services.head_service(cluster, created_by=created_by))
+        annotations = obj["metadata"].get("annotations") or {}
+        if annotations.get(names.ENABLE_SERVE_SERVICE_ANNOTATION) == "true":
+            try:
+                serve = services.serve_service(cluster)
+            except ValueError as exc:
+                raise _ReplicaFailure("InvalidRayClusterSpec", str(exc)) from exc
+            await self._ensure(obj, SERVICES, serve)
+        if services.needs_headless_worker_service(cluster):
+            await self._ensure(obj, SERVICES, services.headless_worker_service(cluster))
+
+    # -- pods -------------------------------------------------------------------------------
+
+    async def _pods(self, obj: Obj, cluster: v1.RayCluster) -> None:
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        found = [p for p in await self._cluster_pods(namespace, name)
+                 if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+        phase = status_.suspend_phase(cluster)
+        if phase == raycluster_.ConditionType.SUSPENDING or (
+            phase is None and cluster.spec.suspend
+        ):
+            await self._delete(found, "FailedDeleteAllPods")
+            return
+        if phase == raycluster_.ConditionType.SUSPENDED and cluster.spec.suspend:
+            return
+
+        heads = [p for p in found if pods.is_head(p)]
+        if len(heads) > 1:
+            found_names = ", ".join(sorted(p["metadata"]["name"] for p in heads))
+            raise RuntimeError(f"{len(heads)} head pods ({found_names}); delete the extra ones")
+        if heads and _has_ended(heads[0]):
+            await self._delete(heads, "FailedDeleteHeadPod")
+            heads = []
+        if not heads:
+            head = pods.head_pod(
+                cluster,
+                cluster_domain=self.options.cluster_domain,
+                created_by=self.options.created_by,
+            )
+            await self._create(obj, head, "FailedCreateHeadPod")
+
+        for group in cluster.spec.worker_group_specs or ():
+            members = [
+                p for p in found if not pods.is_head(p) and pods.group_of(p) == group.group_name
+            ]
+            await self._group(obj, cluster, group, members)
+
+    async def _group(
+        self,
+        obj: Obj,
+        cluster: v1.RayCluster,
+        group: raycluster_.WorkerGroupSpec,
+        members: list[Obj],
+    ) -> None:
+        if group.suspend:
+            await self._delete(members, "FailedDeleteWorkerPod")
+            return
+        ended = [p for p in members if _has_ended(p)]
+        doomed = set((group.scale_strategy and group.scale_strategy.workers_to_delete) or ())
+        listed = [p for p in members if p["metadata"]["name"] in doomed and p not in ended]
+        await self._delete([*ended, *listed], "FailedDeleteWorkerPod")
+        gone = {p["metadata"]["name"] for p in (*ended, *listed)}
+        running = [p for p in members if p["metadata"]["name"] not in gone]
+        diff = status_.desired_replicas(group) - len(running)
+        if diff > 0:
+            for _ in range(diff):
+                pod = pods.worker_pod(cluster, group, cluster_domain=self.options.cluster_domain,
+                                      created_by=self.options.created_by)  # fmt: skip
+                await self._create(obj, pod, "FailedCreateWorkerPod")
+        elif diff < 0:
+            if cluster.spec.enable_in_tree_autoscaling and not self.options.random_pod_delete:
+                return  # the autoscaler picks the pods, through workersToDelete
+            await self._delete(_scale_down_order(running)[:-diff], "FailedDeleteWorkerPod")
+
+    async def _create(self, owner: Obj, pod: Obj, reason: str) -> None:
+        objects.set_controller_reference(owner, pod)
+        try:
+            await self.client.create(pod, namespace=owner["metadata"]["namespace"])
+        except errors.ApiError as exc:
+            raise _ReplicaFailure(reason, _stable(exc.message or str(exc), pod)) from exc
+
+    async def _delete(self, victims: Sequence[Mapping[str, Any]], reason: str) -> None:
+        for pod in victims:
+            meta = pod["metadata"]
+            try:
+                await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
+            except (errors.NotFound, errors.Conflict):
+                continue  # already gone (a Conflict on the uid: a new pod took the name)
+            except errors.ApiError as exc:
+                raise _ReplicaFailure(reason, exc.message or str(exc)) from exc
+
+
+def _stable(message: str, pod: Mapping[str, Any]) -> str:
+    """``message`` without the random part of the pod's generated name, so that every retry
+    reports the same failure (one status write, one Event whose count grows)."""
+    prefix = pod["metadata"].get("generateName")
+    if not prefix:
+        return message
+    return re.sub(re.escape(prefix) + r"[a-z0-9]{5}\b", prefix + "<generated>", message)
+
+
+def _has_ended(pod: Mapping[str, Any]) -> bool:
+    """KubeRay's rule for pods to replace: ended, or Ray's container gone for good."""
+    pod_status = pod.get("status") or {}
+    if pod_status.get("phase") in ("Failed", "Succeeded"):
+        return True
+    if pod_status.get("phase") != "Running":
+        return False
+    if (pod.get("spec") or {}).get("restartPolicy") != "Never":
+        return False
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    ray_name = containers[0].get("name")  # the Ray container is the first
+    for container in pod_status.get("containerStatuses") or ():
+        if container.get("name") == ray_name:
+            return bool((container.get("state") or {}).get("terminated"))
+    return False
+
+
+def _scale_down_order(running: list[Obj]) -> list[Obj]:
+    """Pods to remove first: not Ready before Ready, then the newest first."""
+
+    newest_first = sorted(
+        running, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""), reverse=True
+    )
+    return sorted(newest_first, key=status_.is_running_and_ready)  # stable: not Ready first
+
+
+def _validation_message(exc: pydantic.ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}"

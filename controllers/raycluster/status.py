@@ -1,0 +1,417 @@
+"""A RayCluster's status, computed in one pure function from what the cache shows.
+
+:func:`compute` takes the cluster (its spec and its previous status), the
+cluster's pods and head service as the cache has them, the failure of this
+reconcile if any, and the time; it returns the whole new ``status`` in wire
+form. It reads nothing else and remembers nothing, so the same inputs give the
+same status, and the status writer (``runtime.status``) sends it only when it
+means something new. What each field means, as KubeRay v1.5.0 defines it:
+
+- ``desiredWorkerReplicas``: per group, ``replicas`` clamped to
+  ``[minReplicas, maxReplicas]`` (``maxReplicas`` wins when ``minReplicas`` is
+  larger), times ``numOfHosts``, 0 for a suspended group; ``min``/``maxWorkerReplicas``
+  sum the bounds of the groups that are not suspended.
+- ``readyWorkerReplicas``: worker pods Running with ``Ready=True``;
+  ``availableWorkerReplicas``: worker pods Running. Pods being deleted count
+  for neither.
+- ``desiredCPU``/``Memory``/``GPU``/``TPU``: the head's and each replica's
+  container resources (requests, else limits) summed, ``replicas`` as written
+  (not clamped, as KubeRay); GPU sums every resource whose name ends in ``gpu``.
+  Always present (``"0"`` when nothing asks for any).
+- ``state``: ``ready`` when the head and every desired worker are Running and
+  Ready and nothing failed in this reconcile; ``suspended`` once a suspended
+  cluster has no pods; unset otherwise. Unlike KubeRay (whose ``ready`` never
+  goes away) the state says what is true now; ``stateTransitionTimes`` records
+  when each state was last entered.
+- Conditions (``metav1.Condition`` rules: ``lastTransitionTime`` moves only when
+  ``status`` does):
+
+  - ``HeadPodReady``: the head pod's ``Ready`` condition (reason
+    ``HeadPodRunningAndReady`` when ready without one), ``False``/``HeadPodNotFound``
+    without a head pod;
+  - ``RayClusterProvisioned``: ``False``/``RayClusterPodsProvisioning`` until every
+    pod was Running and Ready once, then ``True``/``AllPodRunningAndReadyFirstTime``
+    for good - except that suspending makes it ``False`` again;
+  - ``ReplicaFailure``: ``True`` with the failure's reason (``FailedCreateHeadPod``,
+    ``FailedCreateWorkerPod``, ``FailedDeleteHeadPod``, ``FailedDeleteWorkerPod``,
+    ``FailedDeleteAllPods``, or a validation reason) and the server's message
+    while pods cannot be created or deleted; absent otherwise;
+  - ``RayClusterSuspending`` / ``RayClusterSuspended``: never both ``True``; a
+    suspend runs to its end once started (``Suspending`` until the last pod is
+    gone, then ``Suspended``), and ``Suspended`` turns ``False`` when
+    ``spec.suspend`` does.
+
+- ``head``: the head pod's name and IP, the head service's name and its
+  ClusterIP (the head pod's IP when the service is headless); ``endpoints``:
+  the head service's ports by name (target port, or node port when it has one).
+- ``observedGeneration``: the generation this status was computed for.
+  ``lastUpdateTime`` is stamped by the status writer on each real write.
+
+>>> import api.v1 as v1
+>>> cluster = v1.RayCluster.model_validate({
+...     "metadata": {"name": "demo", "generation": 1},
+...     "spec": {"headGroupSpec": {"template": {"spec": {"containers": [
+...         {"name": "ray-head", "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}]}}}},
+... })
+>>> s = compute(cluster, [], None, now="2026-01-01T00:00:00Z")
+>>> s["desiredCPU"], s["desiredMemory"], s.get("state"), s["observedGeneration"]
+('1', '2Gi', None, 1)
+>>> [(c["type"], c["reason"]) for c in s["conditions"]][:2]
+[('HeadPodReady', 'HeadPodNotFound'), ('RayClusterProvisioned', 'RayClusterPodsProvisioning')]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fractions
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from api.v1 import meta
+from api.v1 import raycluster as raycluster_
+from runtime import quantity
+
+__all__ = [
+    "Failure",
+    "compute",
+    "desired_replicas",
+    "format_quantity",
+    "is_running_and_ready",
+    "suspend_phase",
+]
+
+Obj = dict[str, Any]
+_TYPES = raycluster_.ConditionType
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failure:
+    """Why this reconcile could not create or delete the pods it had to."""
+
+    reason: str
+    """CamelCase, e.g. ``FailedCreateWorkerPod``."""
+    message: str
+
+
+def desired_replicas(group: raycluster_.WorkerGroupSpec) -> int:
+    """The pods a worker group should have now (see the module docstring)."""
+    if group.suspend:
+        return 0
+    if group.min_replicas > group.max_replicas:
+        replicas = group.max_replicas
+    else:
+        replicas = min(max(group.replicas, group.min_replicas), group.max_replicas)
+    return replicas * group.num_of_hosts
+
+
+def is_running_and_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` is Running with a ``Ready=True`` condition."""
+    pod_status = pod.get("status") or {}
+    if pod_status.get("phase") != "Running":
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in pod_status.get("conditions") or ()
+    )
+
+
+def _all_running(pods: Sequence[Mapping[str, Any]]) -> bool:
+    """KubeRay's check: some pods, every one Running and none with ``Ready`` not True."""
+    if not pods:
+        return False
+    for pod in pods:
+        pod_status = pod.get("status") or {}
+        if pod_status.get("phase") != "Running":
+            return False
+        for c in pod_status.get("conditions") or ():
+            if c.get("type") == "Ready" and c.get("status") != "True":
+                return False
+    return True
+
+
+def suspend_phase(cluster: raycluster_.RayCluster) -> str | None:
+    """``RayClusterSuspending`` or ``RayClusterSuspended`` if that condition is True, else None."""
+    for c in cluster.status.conditions:
+        if c.type in (_TYPES.SUSPENDING, _TYPES.SUSPENDED) and c.status == "True":
+            return c.type
+    return None
+
+
+def format_quantity(value: fractions.Fraction, *, binary: bool) -> str:
+    """A quantity in Kubernetes' canonical spelling.
+
+    Binary-SI amounts (``binary=True``) that are whole multiples of 1024 take the
+    largest suffix that divides them; everything else takes the largest decimal
+    SI suffix (``m``, ``k``, ``M``...) that leaves a whole number.
+
+    >>> format_quantity(fractions.Fraction(3 * 2**30), binary=True)
+    '3Gi'
+    >>> [format_quantity(fractions.Fraction(v), binary=False) for v in (0, 2, 1500, 2000)]
+    ['0', '2', '1500', '2k']
+    >>> format_quantity(fractions.Fraction(3, 2), binary=False)
+    '1500m'
+    """
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    magnitude = abs(value)
+    if binary and magnitude.denominator == 1:
+        for power, suffix in (
+            (60, "Ei"),
+            (50, "Pi"),
+            (40, "Ti"),
+            (30, "Gi"),
+            (20, "Mi"),
+            (10, "Ki"),
+        ):
+            if magnitude.numerator % (1 << power) == 0:
+                return f"{sign}{magnitude.numerator >> power}{suffix}"
+    for exponent, suffix in ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"),
+                             (0, ""), (-3, "m"), (-6, "u"), (-9, "n")):  # fmt: skip
+        scaled = magnitude / fractions.Fraction(10) ** exponent
+        if scaled.denominator == 1:
+            return f"{sign}{scaled.numerator}{suffix}"
+    return f"{sign}{magnitude.numerator * 10**9 // magnitude.denominator}n"  # below 1n: rounded
+
+
+_BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+class _Sum:
+    """Quantities summed per resource name, spelt in the format of the first one added."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, fractions.Fraction] = {}
+        self.binary: dict[str, bool] = {}
+
+    def add(self, resources: Mapping[str, Any], times: int = 1) -> None:
+        for name, raw in resources.items():
+            parsed = quantity.parse_or_none(raw)
+            if parsed is None:
+                continue
+            if name not in self.values:
+                self.values[name] = fractions.Fraction(0)
+                self.binary[name] = isinstance(raw, str) and raw.endswith(_BINARY_SUFFIXES)
+            self.values[name] += parsed.value * times
+
+    def text(self, names: Iterable[str]) -> str:
+        total = fractions.Fraction(0)
+        binary = False
+        first = True
+        for name in names:
+            if name in self.values:
+                total += self.values[name]
+                if first:
+                    binary, first = self.binary[name], False
+        return format_quantity(total, binary=binary)
+
+
+def _pod_resources(template: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod template's container resources: requests, with limits where no request is set."""
+    total = _Sum()
+    for container in (template.get("spec") or {}).get("containers") or ():
+        resources = container.get("resources") or {}
+        merged = dict(resources.get("limits") or {})
+        merged.update(resources.get("requests") or {})
+        total.add(merged)
+    return {name: (total.values[name], total.binary[name]) for name in total.values}
+
+
+def _desired_resources(cluster: raycluster_.RayCluster) -> dict[str, str]:
+    total = _Sum()
+
+    def add(template: Mapping[str, Any], times: int) -> None:
+        for name, (value, binary) in _pod_resources(template).items():
+            if name not in total.values:
+                total.values[name], total.binary[name] = fractions.Fraction(0), binary
+            total.values[name] += value * times
+
+    add(cluster.spec.head_group_spec.template, 1)
+    for group in cluster.spec.worker_group_specs or ():
+        if not group.suspend:
+            add(group.template, group.replicas * group.num_of_hosts)
+    gpus = sorted(name for name in total.values if name.endswith("gpu"))
+    return {
+        "desiredCPU": total.text(["cpu"]),
+        "desiredMemory": total.text(["memory"]),
+        "desiredGPU": total.text(gpus),
+        "desiredTPU": total.text(["google.com/tpu"]),
+    }
+
+
+def _set(
+    conditions: dict[str, meta.Condition],
+    previous: Mapping[str, meta.Condition],
+    type_: str,
+    status: meta.ConditionStatus,
+    reason: str,
+    message: str,
+    *,
+    generation: int,
+    now: str,
+) -> None:
+    old = previous.get(type_)
+    since = old.last_transition_time if old is not None and old.status == status else now
+    conditions[type_] = meta.Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+
+
+def _head_ready_condition(head: Mapping[str, Any] | None) -> tuple[meta.ConditionStatus, str, str]:
+    if head is None:
+        return "False", "HeadPodNotFound", "Head Pod not found"
+    for c in (head.get("status") or {}).get("conditions") or ():
+        if c.get("type") != "Ready":
+            continue
+        status: meta.ConditionStatus = (
+            c.get("status") if c.get("status") in ("True", "False") else "Unknown"
+        )
+        reason = c.get("reason") or ("HeadPodRunningAndReady" if status == "True" else "Unknown")
+        return status, reason, c.get("message") or ""
+    return "False", "Unknown", ""
+
+
+def _endpoints(service: Mapping[str, Any] | None) -> dict[str, str] | None:
+    if service is None:
+        return None
+    found: dict[str, str] = {}
+    for port in (service.get("spec") or {}).get("ports") or ():
+        name = port.get("name")
+        if not name:
+            continue
+        target = port.get("targetPort")
+        if port.get("nodePort"):
+            found[name] = str(port["nodePort"])
+        elif target not in (None, 0, ""):
+            found[name] = str(target)
+        elif port.get("port"):
+            found[name] = str(port["port"])  # the server defaults targetPort to port
+    return found
+
+
+def compute(
+    cluster: raycluster_.RayCluster,
+    pods: Sequence[Mapping[str, Any]],
+    head_service: Mapping[str, Any] | None,
+    *,
+    failure: Failure | None = None,
+    now: str,
+) -> Obj:
+    """The cluster's new status (see the module docstring).
+
+    ``pods``: every pod of the cluster in the cache, terminating ones included
+    (they count for nothing, but a suspend is complete only when none is left).
+    """
+    spec = cluster.spec
+    remaining = len(pods)
+    pods = [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
+    old = cluster.status
+    generation = int(cluster.metadata.get("generation") or 0)
+    groups = spec.worker_group_specs or []
+    heads = [
+        p
+        for p in pods
+        if (p.get("metadata", {}).get("labels") or {}).get("ray.io/node-type") == "head"
+    ]
+    workers = [
+        p
+        for p in pods
+        if (p.get("metadata", {}).get("labels") or {}).get("ray.io/node-type") == "worker"
+    ]
+    head = heads[0] if len(heads) == 1 else None
+    desired = sum(desired_replicas(g) for g in groups)
+
+    new: Obj = {
+        "readyWorkerReplicas": sum(1 for p in workers if is_running_and_ready(p)),
+        "availableWorkerReplicas": sum(
+            1 for p in workers if (p.get("status") or {}).get("phase") == "Running"
+        ),
+        "desiredWorkerReplicas": desired,
+        "minWorkerReplicas": sum(g.min_replicas * g.num_of_hosts for g in groups if not g.suspend),
+        "maxWorkerReplicas": sum(g.max_replicas * g.num_of_hosts for g in groups if not g.suspend),
+        **_desired_resources(cluster),
+        "observedGeneration": generation,
+    }
+
+    previous = {c.type: c for c in old.conditions}
+    conditions: dict[str, meta.Condition] = {}
+
+    def set_(type_: str, status: meta.ConditionStatus, reason: str, message: str = "") -> None:
+        _set(conditions, previous, type_, status, reason, message, generation=generation, now=now)
+
+    all_running = failure is None and len(pods) == desired + 1 and _all_running(pods)
+    set_(_TYPES.HEAD_POD_READY, *_head_ready_condition(head))
+
+    phase = suspend_phase(cluster)
+    provisioned = previous.get(_TYPES.PROVISIONED)
+    if phase == _TYPES.SUSPENDED or (provisioned is not None and provisioned.status == "True"):
+        conditions[_TYPES.PROVISIONED] = provisioned  # type: ignore[assignment]
+    elif _all_running(pods):
+        set_(_TYPES.PROVISIONED, "True", "AllPodRunningAndReadyFirstTime",
+             "All Ray Pods are ready for the first time")  # fmt: skip
+    else:
+        set_(_TYPES.PROVISIONED, "False", "RayClusterPodsProvisioning",
+             "RayCluster Pods are being provisioned for first time")  # fmt: skip
+    if failure is not None:
+        set_(_TYPES.REPLICA_FAILURE, "True", failure.reason, failure.message)
+
+    suspended = False
+    if phase == _TYPES.SUSPENDING or (phase is None and spec.suspend):
+        if not remaining:
+            set_(_TYPES.PROVISIONED, "False", "RayClusterPodsProvisioning",
+                 "RayCluster has been suspended")  # fmt: skip
+            set_(_TYPES.SUSPENDING, "False", _TYPES.SUSPENDING)
+            set_(_TYPES.SUSPENDED, "True", _TYPES.SUSPENDED)
+            suspended = True
+        else:
+            set_(_TYPES.SUSPENDING, "True", _TYPES.SUSPENDING)
+            set_(_TYPES.SUSPENDED, "False", _TYPES.SUSPENDED)
+    elif phase == _TYPES.SUSPENDED:
+        set_(_TYPES.SUSPENDING, "False", _TYPES.SUSPENDING)
+        if spec.suspend:
+            set_(_TYPES.SUSPENDED, "True", _TYPES.SUSPENDED)
+            suspended = not remaining
+        else:
+            set_(_TYPES.SUSPENDED, "False", _TYPES.SUSPENDED)
+    else:
+        set_(_TYPES.SUSPENDING, "False", _TYPES.SUSPENDING)
+        set_(_TYPES.SUSPENDED, "False", _TYPES.SUSPENDED)
+
+    order = [_TYPES.HEAD_POD_READY, _TYPES.PROVISIONED, _TYPES.REPLICA_FAILURE,
+             _TYPES.SUSPENDING, _TYPES.SUSPENDED]  # fmt: skip
+    new["conditions"] = [conditions[t].to_api() for t in order if conditions.get(t) is not None]
+
+    if suspended:
+        new["state"] = raycluster_.ClusterState.SUSPENDED.value
+    elif all_running:
+        new["state"] = raycluster_.ClusterState.READY.value
+    times = dict(old.state_transition_times or {})
+    if new.get("state") and new["state"] != old.state:
+        times[new["state"]] = now
+    if times:
+        new["stateTransitionTimes"] = times
+
+    endpoints = _endpoints(head_service)
+    if endpoints:
+        new["endpoints"] = endpoints
+    head_info: dict[str, str] = {}
+    if head is not None:
+        head_info["podName"] = head["metadata"]["name"]
+        if (head.get("status") or {}).get("podIP"):
+            head_info["podIP"] = head["status"]["podIP"]
+    if head_service is not None:
+        head_info["serviceName"] = head_service["metadata"]["name"]
+        cluster_ip = (head_service.get("spec") or {}).get("clusterIP")
+        if cluster_ip == "None":
+            if head_info.get("podIP"):
+                head_info["serviceIP"] = head_info["podIP"]
+        elif cluster_ip:
+            head_info["serviceIP"] = cluster_ip
+    if head_info:
+        new["head"] = head_info
+    return new

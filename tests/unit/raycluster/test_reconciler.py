@@ -1,0 +1,350 @@
+"""controllers.raycluster.reconciler against the faithful fake API server."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import api.v1 as v1
+from controllers.raycluster import reconciler as reconciler_
+from runtime import events, reconcile
+from runtime.cache import cache as cache_
+from runtime.client import errors, resources
+from runtime.testing import fake
+from tests.unit import helpers
+
+PODS = reconciler_.PODS
+SERVICES = reconciler_.SERVICES
+EVENTS = resources.default_registry.for_kind("v1", "Event")
+REQUEST = reconcile.Request("ns", "demo")
+NOW = "2026-01-01T00:00:00Z"
+
+
+def template(name: str, cpu: str = "1") -> dict[str, Any]:
+    return {
+        "spec": {
+            "containers": [
+                {
+                    "name": name,
+                    "image": "rayproject/ray:2.60.0",
+                    "resources": {"limits": {"cpu": cpu, "memory": "2Gi"}},
+                }
+            ]
+        }
+    }
+
+
+def raycluster(name: str = "demo", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
+        "workerGroupSpecs": [
+            {"groupName": "small", "replicas": 2, "minReplicas": 0, "maxReplicas": 5,
+             "rayStartParams": {}, "template": template("ray-worker")},
+            {"groupName": "large", "replicas": 1, "minReplicas": 0, "maxReplicas": 5,
+             "rayStartParams": {}, "template": template("ray-worker", "4")},
+        ],
+    }  # fmt: skip
+    body.update(spec)
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": "ns"}, "spec": body}  # fmt: skip
+
+
+class Env:
+    def __init__(self) -> None:
+        registry = resources.default_registry.copy()
+        v1.add_to_registry(registry)
+        self.client = fake.FakeClient(registry, namespaces=["ns"])
+        self.cache = cache_.Cache(self.client, debug=True)  # type: ignore[arg-type]
+        self.recorder = events.Recorder(self.client, "test")  # type: ignore[arg-type]
+        self.reconciler = reconciler_.Reconciler(
+            self.client, self.cache, self.recorder,
+            reconciler_.Options(cluster_domain="cluster.local", random_pod_delete=False),
+            now=lambda: NOW,
+        )  # fmt: skip
+
+    async def reconcile(self, name: str = "demo") -> reconcile.Result:
+        result = await self.reconciler.reconcile(reconcile.Request("ns", name))
+        await helpers.settle()  # let the watch catch up, as between two real reconciles
+        return result
+
+    def status_writes(self) -> int:
+        return sum(
+            1
+            for verb, resource, sub in self.client.calls
+            if (verb, sub) == ("update", "status") and resource.startswith("rayclusters")
+        )
+
+    async def pods(self, name: str = "demo") -> list[dict[str, Any]]:
+        return (await self.client.list(PODS, "ns", label_selector=f"ray.io/cluster={name}")).items
+
+    async def cluster(self, name: str = "demo") -> dict[str, Any]:
+        return await self.client.get(v1.RAYCLUSTERS, "ns", name)
+
+    async def set_phase(self, pod: dict[str, Any], phase: str = "Running", ready: bool = True,
+                        ip: str = "198.18.0.7") -> None:  # fmt: skip
+        pod = copy.deepcopy(await self.client.get(PODS, "ns", pod["metadata"]["name"]))
+        pod["status"] = {"phase": phase, "podIP": ip, "conditions": [
+            {"type": "Ready", "status": "True" if ready else "False"}]}  # fmt: skip
+        await self.client.update_status(pod)
+
+    async def run_all(self, name: str = "demo") -> None:
+        for pod in await self.pods(name):
+            await self.set_phase(pod)
+        await helpers.settle()
+
+    async def edit(self, name: str = "demo", **spec: Any) -> None:
+        current = await self.cluster(name)
+        current["spec"].update(spec)
+        await self.client.update(current)
+        await helpers.settle()
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[Env]:
+    e = Env()
+    yield e
+    e.cache.verify()  # nothing the reconciler did changed a cached object
+    await e.cache.stop()
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in obj["status"].get("conditions", [])}
+
+
+def by_group(pods: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in pods:
+        group = p["metadata"]["labels"]["ray.io/group"]
+        counts[group] = counts.get(group, 0) + 1
+    return counts
+
+
+async def test_first_pass_creates_the_head_service_and_pods_and_writes_one_status(env: Env) -> None:
+    await env.client.create(raycluster())
+    await env.reconcile()
+    pods = await env.pods()
+    assert by_group(pods) == {"headgroup": 1, "small": 2, "large": 1}
+    owner = await env.cluster()
+    for pod in pods:
+        [ref] = pod["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (
+            "RayCluster", "demo", owner["metadata"]["uid"], True)  # fmt: skip
+    service = await env.client.get(SERVICES, "ns", "demo-head-svc")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    assert env.status_writes() == 1
+    assert conditions(owner)["HeadPodReady"] == ("False", "Unknown")  # created, not running
+    assert owner["status"]["desiredWorkerReplicas"] == 3
+    assert "state" not in owner["status"]
+
+
+async def test_a_converged_cluster_costs_no_write(env: Env) -> None:
+    await env.client.create(raycluster())
+    await env.reconcile()
+    await env.run_all()
+    await env.reconcile()
+    cluster = await env.cluster()
+    assert cluster["status"]["state"] == "ready"
+    assert cluster["status"]["readyWorkerReplicas"] == 3
+    assert env.status_writes() == 2, "one write at creation, one at ready"
+    writes = env.client.writes()
+    for _ in range(3):
+        await env.reconcile()
+    assert env.client.writes() == writes, "nothing changed: nothing written"
+
+
+async def test_scaling_down_removes_not_ready_pods_first_then_up_again(env: Env) -> None:
+    await env.client.create(raycluster())
+    await env.reconcile()
+    await env.run_all()
+    small = [p for p in await env.pods() if p["metadata"]["labels"]["ray.io/group"] == "small"]
+    await env.set_phase(small[1], ready=False)
+    await helpers.settle()
+    groups = copy.deepcopy((await env.cluster())["spec"]["workerGroupSpecs"])
+    groups[0]["replicas"] = 1
+    await env.edit(workerGroupSpecs=groups)
+    await env.reconcile()
+    names = {p["metadata"]["name"] for p in await env.pods()}
+    assert small[1]["metadata"]["name"] not in names, "the not-ready pod went first"
+    assert small[0]["metadata"]["name"] in names
+    assert by_group(await env.pods())["small"] == 1
+    groups[0]["replicas"] = 9  # above maxReplicas: clamped to 5
+    await env.edit(workerGroupSpecs=groups)
+    await env.reconcile()
+    assert by_group(await env.pods())["small"] == 5
+
+
+async def test_workers_to_delete_are_deleted_and_not_replaced_when_replicas_drop(env: Env) -> None:
+    await env.client.create(raycluster())
+    await env.reconcile()
+    small = sorted(p["metadata"]["name"] for p in await env.pods()
+                   if p["metadata"]["labels"]["ray.io/group"] == "small")  # fmt: skip
+    groups = copy.deepcopy((await env.cluster())["spec"]["workerGroupSpecs"])
+    groups[0]["replicas"] = 1
+    groups[0]["scaleStrategy"] = {"workersToDelete": [small[1], "not-a-pod"]}
+    await env.edit(workerGroupSpecs=groups)
+    deletes = env.client.writes("delete")
+    await env.reconcile()
+    now = {p["metadata"]["name"] for p in await env.pods()}
+    assert small[1] not in now
+    assert small[0] in now
+    assert env.client.writes("delete") == deletes + 1, "only the pod that exists is deleted"
+    await env.reconcile()
+    assert env.client.writes("delete") == deletes + 1, "a stale workersToDelete costs nothing"
+
+
+async def test_autoscaled_groups_shrink_only_through_workers_to_delete(env: Env) -> None:
+    await env.client.create(raycluster(enableInTreeAutoscaling=True))
+    await env.reconcile()
+    head = next(
+        p for p in await env.pods() if p["metadata"]["labels"]["ray.io/node-type"] == "head"
+    )
+    assert [c["name"] for c in head["spec"]["containers"]][-1] == "autoscaler"
+    rbac = resources.default_registry
+    sa = await env.client.get(rbac.for_kind("v1", "ServiceAccount"), "ns", "demo")
+    role = await env.client.get(rbac.for_kind("rbac.authorization.k8s.io/v1", "Role"), "ns", "demo")
+    binding = await env.client.get(
+        rbac.for_kind("rbac.authorization.k8s.io/v1", "RoleBinding"), "ns", "demo"
+    )
+    assert head["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    groups = copy.deepcopy((await env.cluster())["spec"]["workerGroupSpecs"])
+    groups[0]["replicas"] = 0
+    await env.edit(workerGroupSpecs=groups)
+    await env.reconcile()
+    assert by_group(await env.pods())["small"] == 2, "the autoscaler picks, not the operator"
+    writes = env.client.writes("create")
+    await env.reconcile()
+    assert env.client.writes("create") == writes, "RBAC objects are created once"
+
+
+async def test_suspend_deletes_every_pod_and_resume_recreates_them(env: Env) -> None:
+    await env.client.create(raycluster())
+    await env.reconcile()
+    await env.run_all()
+    await env.reconcile()
+    await env.edit(suspend=True)
+    await env.reconcile()
+    assert await env.pods() == []
+    cluster = await env.cluster()
+    assert cluster["status"]["state"] == "suspended"
+    assert conditions(cluster)["RayClusterSuspended"] == ("True", "RayClusterSuspended")
+    writes = env.client.writes()
+    await env.reconcile()
+    assert env.client.writes() == writes, "a suspended cluster is left alone"
+    await env.edit(suspend=False)
+    await env.reconcile()
+    assert by_group(await env.pods()) == {"headgroup": 1, "small": 2, "large": 1}
+    assert conditions(await env.cluster())["RayClusterSuspended"][0] == "False"
+
+
+async def test_a_suspended_group_loses_its_pods_only(env: Env) -> None:
+    await env.client.create(raycluster())
+    await env.reconcile()
+    groups = copy.deepcopy((await env.cluster())["spec"]["workerGroupSpecs"])
+    groups[1]["suspend"] = True
+    await env.edit(workerGroupSpecs=groups)
+    await env.reconcile()
+    assert by_group(await env.pods()) == {"headgroup": 1, "small": 2}
+
+
+async def test_ended_pods_are_replaced_in_the_same_pass(env: Env) -> None:
+    await env.client.create(raycluster())
+    await env.reconcile()
+    await env.run_all()
+    pods = await env.pods()
+    head = next(p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "head")
+    worker = next(p for p in pods if p["metadata"]["labels"]["ray.io/group"] == "small")
+    await env.set_phase(head, "Failed", ready=False)
+    await env.set_phase(worker, "Succeeded", ready=False)
+    await helpers.settle()
+    await env.reconcile()
+    names = {p["metadata"]["name"] for p in await env.pods()}
+    assert head["metadata"]["name"] not in names
+    assert worker["metadata"]["name"] not in names
+    assert by_group(await env.pods()) == {"headgroup": 1, "small": 2, "large": 1}
+
+
+async def test_a_head_pod_deleted_by_hand_is_recreated(env: Env) -> None:
+    await env.client.create(raycluster(workerGroupSpecs=[]))
+    await env.reconcile()
+    [head] = await env.pods()
+    await env.client.delete(PODS, "ns", head["metadata"]["name"])
+    await helpers.settle()
+    await env.reconcile()
+    [again] = await env.pods()
+    assert again["metadata"]["name"] != head["metadata"]["name"]
+
+
+class RefusingClient(fake.FakeClient):
+    """A server whose pod admission refuses every worker pod, naming it as the server does."""
+
+    attempts = 0
+
+    async def create(self, obj: dict[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
+        if obj.get("kind") == "Pod" and obj["metadata"]["labels"]["ray.io/node-type"] == "worker":
+            self.attempts += 1
+            name = obj["metadata"]["generateName"] + secrets.token_hex(3)[:5]
+            raise errors.Invalid(422, "Invalid", f'Pod "{name}" is invalid: spec.containers[0]'
+                                 '.name: Invalid value: "Bad_Name"')  # fmt: skip
+        return await super().create(obj, namespace=namespace)
+
+
+async def test_a_refused_pod_is_a_replica_failure_with_the_server_message_and_retried() -> None:
+    e = Env()
+    registry = e.client.registry
+    e.client = RefusingClient(registry, namespaces=["ns"])
+    e.cache = cache_.Cache(e.client, debug=True)  # type: ignore[arg-type]
+    e.recorder = events.Recorder(e.client, "test")  # type: ignore[arg-type]
+    e.reconciler = reconciler_.Reconciler(e.client, e.cache, e.recorder, now=lambda: NOW)
+    try:
+        await e.client.create(raycluster())
+        for _ in range(3):
+            with pytest.raises(Exception, match="FailedCreateWorkerPod") as caught:
+                await e.reconcile()
+            assert not reconcile.is_terminal(caught.value), "retried, with the queue's backoff"
+        cluster = await e.cluster()
+        assert conditions(cluster)["ReplicaFailure"] == ("True", "FailedCreateWorkerPod")
+        failure = next(c for c in cluster["status"]["conditions"] if c["type"] == "ReplicaFailure")
+        assert "Bad_Name" in failure["message"]
+        assert 'Pod "demo-small-worker-<generated>" is invalid' in failure["message"]
+        assert e.status_writes() == 1, "the same failure is written once"
+        assert e.client.attempts == 3, "one attempt per pass: the first refusal stops the pass"
+        await e.recorder.flush()
+        [event] = (await e.client.list(EVENTS, "ns")).items
+        assert (event["type"], event["reason"], event["count"]) == (
+            "Warning", "FailedCreateWorkerPod", 3)  # fmt: skip
+    finally:
+        await e.cache.stop()
+
+
+async def test_a_name_too_long_for_its_labels_is_refused_once_without_creating(env: Env) -> None:
+    name = "x" * 70
+    await env.client.create(raycluster(name))
+    with pytest.raises(reconcile.TerminalError):
+        await env.reconcile(name)
+    assert (await env.client.list(PODS, "ns")).items == []
+    assert env.client.writes("create", None) == 1, "only the RayCluster itself"
+    cluster = await env.cluster(name)
+    status, reason = conditions(cluster)["ReplicaFailure"]
+    assert (status, reason) == ("True", "InvalidRayClusterSpec")
+    await env.recorder.flush()
+    [event] = (await env.client.list(EVENTS, "ns")).items
+    assert event["reason"] == "InvalidRayClusterSpec"
+
+
+async def test_deleting_and_foreign_clusters_are_left_alone(env: Env) -> None:
+    await env.client.create(raycluster("other", managedBy="kueue.x-k8s.io/multikueue"))
+    assert await env.reconcile("other") == reconcile.Result()
+    assert await env.reconcile("missing") == reconcile.Result()
+    obj = raycluster("going")
+    obj["metadata"]["finalizers"] = ["example.com/hold"]
+    await env.client.create(obj)
+    await env.client.delete(v1.RAYCLUSTERS, "ns", "going")
+    await helpers.settle()
+    await env.reconcile("going")
+    assert env.client.writes("create") == 2, "only the two RayClusters"
