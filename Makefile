@@ -87,6 +87,7 @@ manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (fr
 bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints one JSON line last)
 	$(PY) hack/bench/workqueue.py
 	$(PY) hack/bench/cache.py
+	$(PY) hack/bench/raycluster.py --clusters $${BENCH_CLUSTERS:-200}
 
 MANAGER_FLAGS ?= --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
 

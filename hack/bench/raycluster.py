@@ -1,0 +1,579 @@
+"""Benchmark: N RayClusters brought to ``ready`` by ``rayservice-manager``, then left alone.
+
+Starts etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok
+(``runtime.testing.controlplane``, binaries from ``hack/controlplane/build.sh``; no pod
+network: kwok gives pods IPs and nothing connects to them) with enough fake nodes for
+every pod (one /24 of pod IPs each), installs ``config/crd/bases``, starts the manager
+as its own process (``rayservice-manager --kubeconfig ... --metrics-bind-address
+127.0.0.1:<free> --health-probe-bind-address 127.0.0.1:<free>``) and waits for its
+``/readyz``. Then it creates ``--clusters`` RayClusters ``bench-<i>`` at once (one head
+and ``--workers-per-cluster`` workers in one group, small requests; spread over a few
+namespaces), waits (bounded by ``--ready-timeout``) until every one has
+``status.state == "ready"``, and watches ``--steady-seconds`` more of nothing happening.
+
+Where the numbers come from:
+
+- ``time_to_all_ready_s``: from the first create to the poll (every 0.25 s) that sees
+  the last cluster ready.
+- ``status_writes_per_cluster``: kube-apiserver's own ``apiserver_request_total``
+  (``/metrics``), write verbs on ``rayclusters/status`` from creation to all-ready, / N
+  (only the manager writes that subresource). Target <= 2.
+- ``writes_per_cluster``: every non-read request **the manager** made from creation to
+  all-ready, / N. kube-apiserver's metric has no per-client label, and the scheduler,
+  kwok and kube-controller-manager write pods, bindings, events and EndpointSlices at
+  the same time, so this is read from the manager's own ``/metrics``:
+  ``rest_client_requests_total{method}``, which our client counts per HTTP request
+  (retries included), like client-go. Target <= ``objects_created_per_cluster`` +
+  ``status_writes_per_cluster``. The apiserver's view of the writes only the manager
+  makes (pod and service creates, ``rayclusters`` and ``rayclusters/status`` writes) is
+  reported beside it (``apiserver_manager_writes_per_cluster``) as a cross-check; it
+  leaves events out (the scheduler writes them too), so it can only be lower.
+- ``objects_created_per_cluster``: apiserver-counted creates of pods, services,
+  service accounts, roles and role bindings, / N (the namespaces' default service
+  accounts are made before counting starts).
+- ``steady_writes_per_min``: the manager's non-read requests per minute during the
+  steady window (target 0); ``non_watch_requests_per_min_steady``: all its requests but
+  watches in that window (reads from its cache should make this 0 as well);
+  ``steady_apiserver_manager_writes_per_min`` and ``steady_status_writes``: the
+  apiserver's view of the same window.
+- ``manager_rss_mib``: the manager's peak RSS (``VmHWM`` in ``/proc/<pid>/status``);
+  ``manager_cpu_s``: its user + system CPU seconds (``/proc/<pid>/stat``), both read at
+  the end, before it is stopped.
+- ``conflicts``: 409 answers the manager got from creation to all-ready;
+  ``reconciles``, ``status_writes_skipped``, ``manager_events_written`` and
+  ``manager_writes_by_method``: the manager's own counters over that interval
+  (``steady_reconciles`` over the steady window).
+- ``last_pod_created_s``, ``last_pod_ready_s``: where the time to ready went, from the
+  pods' own timestamps (1 s resolution): the last pod's creation and the last pod's
+  Ready transition, in seconds after the first create.
+
+Targets are reported, not asserted. If the clusters are not all ready in time (or the
+manager dies), the last line is still one JSON object, with an ``error`` key, and the
+exit status is 1. Last stdout line: one JSON object; progress goes to stderr. Usage:
+``.venv/bin/python hack/bench/raycluster.py --clusters 200 [--steady-seconds 120]
+[--workers-per-cluster 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import datetime
+import json
+import logging
+import math
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import structlog
+
+import api.v1 as v1
+from runtime.client import client as client_
+from runtime.client import resources
+from runtime.testing import controlplane
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CRD_DIR = ROOT / "config/crd/bases"
+PODS = resources.default_registry.for_kind("v1", "Pod")
+
+PODS_PER_NODE = 200
+"""Pods per fake node: kwok gives each node a /24 of pod IPs (254 usable)."""
+
+MAX_NAMESPACES = 4
+"""The clusters are spread round-robin over at most this many namespaces."""
+
+READ_VERBS = frozenset({"GET", "LIST", "WATCH", "WATCHLIST", "CONNECT", "HEAD", "OPTIONS"})
+"""Everything else (POST, PUT, PATCH, DELETE, DELETECOLLECTION, CREATE, UPDATE, APPLY)
+is a write, in the apiserver's metric and in the manager's."""
+
+CREATED_KINDS = ("pods", "services", "serviceaccounts", "roles", "rolebindings")
+"""Objects the manager creates for a cluster (the last three with the autoscaler only)."""
+
+HEADLINE = (
+    "bench", "clusters", "time_to_all_ready_s", "status_writes_per_cluster",
+    "writes_per_cluster", "steady_writes_per_min", "manager_rss_mib", "manager_cpu_s",
+)  # fmt: skip
+"""The keys every run reports, first and in this order; the others follow."""
+
+Counts = dict[tuple[str, str, str], float]
+"""``apiserver_request_total`` summed by (verb, resource, subresource)."""
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not finish; the message says why."""
+
+
+def log(message: str) -> None:
+    print(f"[bench raycluster] {message}", file=sys.stderr, flush=True)
+
+
+def bin_dir(given: pathlib.Path | None) -> pathlib.Path:
+    if given is not None:
+        return given
+    if env := controlplane.default_bin_dir():
+        return env
+    done = subprocess.run(
+        [str(ROOT / "hack/controlplane/build.sh")], capture_output=True, text=True, check=True
+    )
+    return pathlib.Path(done.stdout.strip().splitlines()[-1])
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports (all held open while choosing)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+# -- counting ------------------------------------------------------------------------------
+
+Sample = tuple[str, tuple[tuple[str, str], ...]]
+"""A metric sample's name and its sorted labels."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What kube-apiserver and the manager had counted at one moment (or, subtracted, in
+    an interval)."""
+
+    api: Counts
+    """``apiserver_request_total`` by (verb, resource, subresource)."""
+    manager: dict[Sample, float]
+    """The manager's own ``/metrics``."""
+
+    def __sub__(self, earlier: Snapshot) -> Snapshot:
+        def minus(now: Mapping[Any, float], then: Mapping[Any, float]) -> dict[Any, float]:
+            return {key: now.get(key, 0.0) - then.get(key, 0.0) for key in now.keys() | then}
+
+        return Snapshot(minus(self.api, earlier.api), minus(self.manager, earlier.manager))
+
+    def requests(self, verb: str, resource: str, subresource: str = "") -> int:
+        return int(self.api.get((verb, resource, subresource), 0.0))
+
+    def status_writes(self) -> float:
+        """Writes of ``rayclusters/status`` (only the manager makes them)."""
+        return sum(
+            n for (verb, resource, sub), n in self.api.items()
+            if resource == "rayclusters" and sub == "status" and verb not in READ_VERBS
+        )  # fmt: skip
+
+    def creates(self) -> float:
+        """Creates of the kinds the manager makes for a cluster."""
+        return sum(
+            n for (verb, resource, sub), n in self.api.items()
+            if resource in CREATED_KINDS and sub == "" and verb in ("POST", "CREATE")
+        )  # fmt: skip
+
+    def manager_only_writes(self, bench_creates: int) -> float:
+        """Writes only the manager makes, as the apiserver counted them: creates of the
+        objects it owns, other writes of services, and every RayCluster write (any
+        subresource) but the benchmark's own ``bench_creates``. Pod deletes are left
+        out: kwok finishes each one with a delete of its own."""
+        total = self.creates() - bench_creates
+        for (verb, resource, sub), n in self.api.items():
+            if verb in READ_VERBS:
+                continue
+            if resource == "rayclusters" or (
+                resource == "services" and sub == "" and verb not in ("POST", "CREATE")
+            ):
+                total += n
+        return total
+
+    def total(self, name: str, **match: str) -> float:
+        """The sum of the manager's samples of ``name`` whose labels include ``match``."""
+        return sum(
+            value for (sample, labels), value in self.manager.items()
+            if sample == name and all((k, v) in labels for k, v in match.items())
+        )  # fmt: skip
+
+    def manager_requests(self) -> dict[str, float]:
+        """The manager's ``rest_client_requests_total`` by method."""
+        out: dict[str, float] = {}
+        for (sample, labels), value in self.manager.items():
+            if sample == "rest_client_requests_total":
+                method = dict(labels).get("method", "")
+                out[method] = out.get(method, 0.0) + value
+        return out
+
+    def manager_writes(self) -> float:
+        return sum(n for m, n in self.manager_requests().items() if m not in READ_VERBS)
+
+    def manager_non_watch(self) -> float:
+        return sum(n for m, n in self.manager_requests().items() if m != "WATCH")
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples of a Prometheus text exposition: ``(name, labels, value)``.
+
+    >>> parse_metrics('# HELP x y\\nrest_client_requests_total{code="201",method="POST"} 3.0')
+    [('rest_client_requests_total', {'code': '201', 'method': 'POST'}, 3.0)]
+    """
+    samples = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None or line.startswith("#"):
+            continue
+        name, labels, value = match.groups()
+        samples.append((name, dict(_LABEL.findall(labels or "")), float(value)))
+    return samples
+
+
+def _die_with_parent() -> None:
+    """In the manager's process before exec: get SIGKILL when the benchmark dies (Linux),
+    so a killed benchmark leaves no manager behind."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Manager:
+    """``rayservice-manager`` as a child process, with its metrics and resource use."""
+
+    def __init__(self, kubeconfig: pathlib.Path, workdir: pathlib.Path, args: list[str]) -> None:
+        self.metrics_port, self.probe_port = free_ports(2)
+        self.log_path = workdir / "manager.log"
+        script = pathlib.Path(sys.executable).with_name("rayservice-manager")
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "controllers.main"]
+        command += [
+            "--kubeconfig", str(kubeconfig),
+            "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
+            "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
+            *args,
+        ]  # fmt: skip
+        with open(self.log_path, "wb") as out:
+            self.popen = subprocess.Popen(
+                command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            )  # fmt: skip
+
+    def tail(self, lines: int = 30) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def check_alive(self) -> None:
+        if self.popen.poll() is not None:
+            raise BenchError(
+                f"the manager exited with code {self.popen.returncode}; last lines of its "
+                f"log ({self.log_path}):\n{self.tail()}"
+            )
+
+    def _get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                return int(answer.status), answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+    async def wait_ready(self, within: float) -> float:
+        started = time.monotonic()
+        last = ""
+        while time.monotonic() - started < within:
+            self.check_alive()
+            with contextlib.suppress(OSError):
+                status, last = await asyncio.to_thread(self._get, self.probe_port, "/readyz")
+                if status == 200:
+                    return time.monotonic() - started
+            await asyncio.sleep(0.2)
+        raise BenchError(f"the manager's /readyz not ok within {within} s ({last!r}):\n"
+                         f"{self.tail()}")  # fmt: skip
+
+    def metrics(self) -> list[tuple[str, dict[str, str], float]]:
+        self.check_alive()
+        status, text = self._get(self.metrics_port, "/metrics")
+        if status != 200:
+            raise BenchError(f"the manager's /metrics answered {status}")
+        return parse_metrics(text)
+
+    def snapshot(self, cp: controlplane.ControlPlane) -> Snapshot:
+        """The apiserver's counts and the manager's metrics, read now."""
+        api = cp.request_counts()
+        samples: dict[Sample, float] = {}
+        for name, labels, value in self.metrics():
+            key = (name, tuple(sorted(labels.items())))
+            samples[key] = samples.get(key, 0.0) + value
+        return Snapshot(api, samples)
+
+    def rss_hwm_mib(self) -> float:
+        for line in pathlib.Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        raise BenchError("no VmHWM in /proc/<pid>/status")
+
+    def cpu_s(self) -> float:
+        stat = pathlib.Path(f"/proc/{self.popen.pid}/stat").read_text()
+        fields = stat.rpartition(")")[2].split()
+        # Fields 14 and 15 of stat(5) (utime, stime); the text after ")" starts at field 3.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 5.0)):
+            if self.popen.poll() is not None:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(wait)
+
+
+# -- the clusters --------------------------------------------------------------------------
+
+
+def raycluster(name: str, namespace: str, workers: int) -> dict[str, Any]:
+    def template(container: str) -> dict[str, Any]:
+        return {"spec": {"containers": [{
+            "name": container, "image": "rayproject/ray:2.60.0",
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                          "limits": {"cpu": "1", "memory": "1Gi"}},
+        }]}}  # fmt: skip
+
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"bench": "raycluster"}},
+        "spec": {
+            "rayVersion": "2.60.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
+            "workerGroupSpecs": [{
+                "groupName": "workers", "replicas": workers, "minReplicas": 0,
+                "maxReplicas": max(workers, 1) * 2, "rayStartParams": {},
+                "template": template("ray-worker"),
+            }],
+        },
+    }  # fmt: skip
+
+
+async def wait_all_ready(
+    client: client_.Client, manager: Manager, count: int, within: float, started: float
+) -> float:
+    """Seconds from ``started`` until every cluster is ready; :class:`BenchError` if not."""
+    last_report = 0.0
+    states: dict[str, int] = {}
+    while True:
+        manager.check_alive()
+        listed = await client.list(v1.RAYCLUSTERS, None, label_selector="bench=raycluster")
+        states = {}
+        for item in listed.items:
+            state = (item.get("status") or {}).get("state") or "<none>"
+            states[state] = states.get(state, 0) + 1
+        elapsed = time.monotonic() - started
+        if states.get("ready", 0) == count:
+            return elapsed
+        if elapsed > within:
+            raise BenchError(
+                f"{states.get('ready', 0)} of {count} RayClusters ready after {within:.0f} s "
+                f"(states: {states}); is the RayCluster reconciler registered by "
+                f"controllers.setup?\nlast lines of the manager log:\n{manager.tail(10)}"
+            )
+        if elapsed - last_report >= 10:
+            last_report = elapsed
+            log(f"{elapsed:.0f} s: states {states}")
+        await asyncio.sleep(0.25)
+
+
+async def pod_timeline(client: client_.Client, started_wall: float) -> dict[str, float]:
+    """Where the time to ready went, from the pods' own timestamps (1 s resolution): the
+    last pod's creation (the manager's part) and the last pod's Ready transition
+    (scheduler and kwok), in seconds after the first RayCluster create (+-1 s)."""
+    listed = await client.list(PODS, None, label_selector="ray.io/is-ray-node=yes")
+
+    def seconds(stamp: str) -> float:
+        moment = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        return max(0.0, round(moment.timestamp() - started_wall, 1))
+
+    created = [seconds(p["metadata"]["creationTimestamp"]) for p in listed.items]
+    ready = [
+        seconds(c["lastTransitionTime"])
+        for p in listed.items
+        for c in (p.get("status") or {}).get("conditions") or []
+        if c.get("type") == "Ready" and c.get("status") == "True"
+    ]
+    return {
+        "last_pod_created_s": max(created, default=-1.0),
+        "last_pod_ready_s": max(ready, default=-1.0),
+    }
+
+
+@contextlib.contextmanager
+def workdir() -> Iterator[pathlib.Path]:
+    path = pathlib.Path(tempfile.mkdtemp(prefix="bench-raycluster-"))
+    try:
+        yield path
+    finally:
+        if not os.environ.get("BENCH_KEEP_DIR"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    count, workers = args.clusters, args.workers_per_cluster
+    nodes = math.ceil(count * (1 + workers) / PODS_PER_NODE) + 1
+    namespaces = [f"bench-ns-{j}" for j in range(min(MAX_NAMESPACES, count))]
+    result.update(
+        nodes=nodes, namespaces=len(namespaces), workers_per_cluster=workers,
+        steady_seconds=args.steady_seconds, load_avg_1m=round(os.getloadavg()[0], 2),
+    )  # fmt: skip
+    options = controlplane.Options(
+        bin_dir=bin_dir(args.bin_dir), controller_manager=True, scheduler=True, kwok=True,
+        nodes=nodes, start_timeout=120,
+    )  # fmt: skip
+    manager_args = ["--log-level", args.manager_log_level, "--log-format", "json"]
+    if args.reconcile_concurrency:
+        manager_args += ["--reconcile-concurrency", str(args.reconcile_concurrency)]
+    t0 = time.monotonic()
+    with workdir() as work, controlplane.running(options) as cp:
+        assert cp.kubeconfig is not None
+        cp.install_crds(CRD_DIR)
+        for namespace in namespaces:
+            cp.request(
+                "POST",
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            )
+        # kube-controller-manager makes each namespace's default ServiceAccount; let it
+        # happen before counting, so the creates counted below are the manager's.
+        deadline = time.monotonic() + 60
+        for namespace in namespaces:
+            while True:
+                try:
+                    cp.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+                    break
+                except controlplane.ApiError as exc:
+                    if exc.status != 404 or time.monotonic() > deadline:
+                        raise BenchError(f"no default ServiceAccount in {namespace}") from exc
+                    await asyncio.sleep(0.1)
+        log(f"control plane up with {nodes} kwok nodes in {time.monotonic() - t0:.1f} s")
+
+        manager = Manager(cp.kubeconfig, work, manager_args)
+        try:
+            result["manager_ready_s"] = round(await manager.wait_ready(60), 2)
+            log(f"manager ready in {result['manager_ready_s']} s (pid {manager.popen.pid})")
+            client = await client_.Client.from_kubeconfig(cp.kubeconfig)
+            v1.add_to_registry(client.registry)
+            async with client:
+                before = manager.snapshot(cp)
+                started, started_wall = time.monotonic(), time.time()
+                await asyncio.gather(*(
+                    client.create(raycluster(f"bench-{i}", namespaces[i % len(namespaces)],
+                                             workers))
+                    for i in range(count)
+                ))  # fmt: skip
+                result["create_s"] = round(time.monotonic() - started, 2)
+                log(f"created {count} RayClusters in {result['create_s']} s")
+                ready_s = await wait_all_ready(client, manager, count, args.ready_timeout,
+                                               started)  # fmt: skip
+                at_ready = manager.snapshot(cp)
+                result["time_to_all_ready_s"] = round(ready_s, 2)
+                log(f"all {count} ready in {ready_s:.1f} s; steady for {args.steady_seconds} s")
+                result.update(await pod_timeline(client, started_wall))
+                rising = at_ready - before
+                result.update(
+                    status_writes_per_cluster=round(rising.status_writes() / count, 3),
+                    writes_per_cluster=round(rising.manager_writes() / count, 3),
+                    objects_created_per_cluster=round(rising.creates() / count, 3),
+                    apiserver_manager_writes_per_cluster=round(
+                        rising.manager_only_writes(count) / count, 3),
+                    pods_created=rising.requests("POST", "pods"),
+                    services_created=rising.requests("POST", "services"),
+                    pods_deleted=rising.requests("DELETE", "pods"),
+                    conflicts=int(rising.total("rest_client_requests_total", code="409")),
+                    manager_writes_by_method={
+                        method: int(n) for method, n in sorted(rising.manager_requests().items())
+                        if method not in READ_VERBS and n
+                    },
+                    reconciles=int(rising.total("controller_runtime_reconcile_total")),
+                    status_writes_skipped=int(rising.total("status_writes_total",
+                                                           outcome="skipped")),
+                    manager_events_written=int(rising.total("events_written_total")),
+                )  # fmt: skip
+
+                # The steady window: nothing changes, nobody polls.
+                await asyncio.sleep(args.steady_seconds)
+                steady = manager.snapshot(cp) - at_ready
+                minutes = args.steady_seconds / 60
+                result.update(
+                    steady_writes_per_min=round(steady.manager_writes() / minutes, 3),
+                    non_watch_requests_per_min_steady=round(
+                        steady.manager_non_watch() / minutes, 3),
+                    steady_apiserver_manager_writes_per_min=round(
+                        steady.manager_only_writes(0) / minutes, 3),
+                    steady_status_writes=int(steady.status_writes()),
+                    steady_reconciles=int(steady.total("controller_runtime_reconcile_total")),
+                )  # fmt: skip
+                result["manager_rss_mib"] = round(manager.rss_hwm_mib(), 1)
+                result["manager_cpu_s"] = round(manager.cpu_s(), 2)
+        finally:
+            manager.stop()
+    result["total_s"] = round(time.monotonic() - t0, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--clusters", type=int, required=True)
+    parser.add_argument("--steady-seconds", type=float, default=120.0)
+    parser.add_argument("--workers-per-cluster", type=int, default=2)
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for all ready; default 120 + 2 s per cluster",
+    )
+    parser.add_argument(
+        "--reconcile-concurrency",
+        type=int,
+        default=None,
+        help="passed to the manager; default the manager's own",
+    )
+    parser.add_argument(
+        "--manager-log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    parser.add_argument(
+        "--bin-dir",
+        type=pathlib.Path,
+        default=None,
+        help="control-plane binaries; default $CONTROLPLANE_BIN_DIR or build.sh",
+    )
+    args = parser.parse_args(argv)  # fmt: skip
+    if args.clusters < 1 or args.workers_per_cluster < 0 or args.steady_seconds <= 0:
+        parser.error("--clusters >= 1, --workers-per-cluster >= 0, --steady-seconds > 0")
+    if args.ready_timeout is None:
+        args.ready_timeout = 120.0 + 2.0 * args.clusters
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    result: dict[str, Any] = {"bench": "raycluster", "clusters": args.clusters}
+    status = 0
+    try:
+        asyncio.run(run(args, result))
+    except (BenchError, controlplane.ControlPlaneError) as exc:
+        log(f"error: {exc}")
+        result["error"] = str(exc).splitlines()[0]
+        status = 1
+    except Exception as exc:  # anything else: still one JSON line last, with the traceback above
+        traceback.print_exc()
+        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        status = 1
+    first = {key: result.pop(key) for key in HEADLINE if key in result}
+    print(json.dumps({**first, **result}))
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
