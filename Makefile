@@ -47,7 +47,7 @@ coverage: test ## The same run as `make test` (it prints the branch-coverage tab
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## Only the fast tiers: unit tests and doctests (no server)
-	$(PY) -m pytest tests/unit runtime
+	$(PY) -m pytest tests/unit runtime controllers api
 
 .PHONY: cluster-up
 cluster-up: $(STAMP) controlplane ## Start a local control plane in the background; prints its kubeconfig

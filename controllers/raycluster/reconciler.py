@@ -24,7 +24,7 @@ the cache (never from the API server), and in KubeRay v1.5.0's order:
    created when missing and deleted when it has ended (phase ``Failed`` or
    ``Succeeded``, or its Ray container terminated under ``restartPolicy:
    Never``), and each worker group is brought to
-   :func:`~controllers.raycluster.status.desired_replicas`: ended pods are
+   :func:`~controllers.raycluster.pods.desired_workers`: ended pods are
    replaced, ``scaleStrategy.workersToDelete`` that still exist are deleted, then
    the difference is created, or deleted not-Ready pods first then the newest
    (with in-tree autoscaling the autoscaler chooses, through ``workersToDelete``,
@@ -292,7 +292,7 @@ class Reconciler:
         await self._delete([*ended, *listed], "FailedDeleteWorkerPod")
         gone = {p["metadata"]["name"] for p in (*ended, *listed)}
         running = [p for p in members if p["metadata"]["name"] not in gone]
-        diff = status_.desired_replicas(group) - len(running)
+        diff = pods.desired_workers(group) - len(running)
         if diff > 0:
             for _ in range(diff):
                 pod = pods.worker_pod(cluster, group, cluster_domain=self.options.cluster_domain,

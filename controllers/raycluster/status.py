@@ -7,9 +7,8 @@ form. It reads nothing else and remembers nothing, so the same inputs give the
 same status, and the status writer (``runtime.status``) sends it only when it
 means something new. What each field means, as KubeRay v1.5.0 defines it:
 
-- ``desiredWorkerReplicas``: per group, ``replicas`` clamped to
-  ``[minReplicas, maxReplicas]`` (``maxReplicas`` wins when ``minReplicas`` is
-  larger), times ``numOfHosts``, 0 for a suspended group; ``min``/``maxWorkerReplicas``
+- ``desiredWorkerReplicas``: the sum of
+  :func:`controllers.raycluster.pods.desired_workers` over the groups; ``min``/``maxWorkerReplicas``
   sum the bounds of the groups that are not suspended.
 - ``readyWorkerReplicas``: worker pods Running with ``Ready=True``;
   ``availableWorkerReplicas``: worker pods Running. Pods being deleted count
@@ -69,12 +68,12 @@ from typing import Any
 
 from api.v1 import meta
 from api.v1 import raycluster as raycluster_
+from controllers.raycluster import pods as pods_
 from runtime import quantity
 
 __all__ = [
     "Failure",
     "compute",
-    "desired_replicas",
     "format_quantity",
     "is_running_and_ready",
     "suspend_phase",
@@ -91,17 +90,6 @@ class Failure:
     reason: str
     """CamelCase, e.g. ``FailedCreateWorkerPod``."""
     message: str
-
-
-def desired_replicas(group: raycluster_.WorkerGroupSpec) -> int:
-    """The pods a worker group should have now (see the module docstring)."""
-    if group.suspend:
-        return 0
-    if group.min_replicas > group.max_replicas:
-        replicas = group.max_replicas
-    else:
-        replicas = min(max(group.replicas, group.min_replicas), group.max_replicas)
-    return replicas * group.num_of_hosts
 
 
 def is_running_and_ready(pod: Mapping[str, Any]) -> bool:
@@ -324,7 +312,7 @@ def compute(
         if (p.get("metadata", {}).get("labels") or {}).get("ray.io/node-type") == "worker"
     ]
     head = heads[0] if len(heads) == 1 else None
-    desired = sum(desired_replicas(g) for g in groups)
+    desired = sum(pods_.desired_workers(g) for g in groups)
 
     new: Obj = {
         "readyWorkerReplicas": sum(1 for p in workers if is_running_and_ready(p)),

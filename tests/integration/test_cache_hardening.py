@@ -215,7 +215,8 @@ async def test_our_deletes_reach_the_cache_before_the_watch(
         # A bound pod has a grace period: the server answers it terminating, and so does
         # the cache, at once - then the watch brings its end.
         answer = await client.delete(POD, namespace, "graceful")
-        assert answer is not None and answer["metadata"].get("deletionTimestamp")
+        assert answer is not None
+        assert answer["metadata"].get("deletionTimestamp")
         cached = await cache.get(POD, namespace, "graceful")
         assert cached["metadata"]["deletionTimestamp"] == answer["metadata"]["deletionTimestamp"]
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
+from controllers.raycluster import pods as pods_
 from controllers.raycluster import status
 
 T0, T1, T2 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
@@ -108,7 +109,7 @@ def test_desired_replicas_clamps_and_multiplies(
     group = v1.WorkerGroupSpec.model_validate({"groupName": "g", "replicas": replicas,
         "minReplicas": low, "maxReplicas": high, "numOfHosts": hosts, "suspend": suspend,
         "template": {}})  # fmt: skip
-    assert status.desired_replicas(group) == want
+    assert pods_.desired_workers(group) == want
 
 
 def test_ready_when_the_head_and_every_desired_worker_run_and_are_ready() -> None:
