@@ -19,6 +19,7 @@ import sys
 FLOORS: dict[str, int] = {
     "runtime/": 94,
     "controllers/main.py": 95,
+    "controllers/raycluster/": 93,  # measured 95.0% when set (issue 11)
 }
 
 
