@@ -34,7 +34,8 @@ Usage (blocking API; run it in a thread or a session fixture)::
         cp.request("GET", "/version")   # a small JSON REST helper
 
 ``python -m runtime.testing.controlplane up --bin-dir DIR`` keeps one running
-for development (see ``make cluster-up``).
+for development (see ``make cluster-up`` and ``hack/cluster.sh``); ``... reap``
+removes the pod networks of harnesses that were killed before they could.
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ import base64
 import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import http.client
 import ipaddress
 import json
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import signal
@@ -807,13 +810,20 @@ def _ip(*args: str) -> str:
 
 
 class PodNetwork:
-    """A network namespace holding every pod IP of a pod CIDR (see DESIGN "The pod network").
+    """A network namespace holding every pod IP of a pod CIDR (docs/architecture.md: "The pod
+    network").
 
     :meth:`create` makes a netns joined to the host by a veth pair, routes a free
     /20 of ``198.18.0.0/16`` into it, gives the namespace a local route for that
     whole range (one listener on ``0.0.0.0`` answers every pod IP) and no default
     route, and verifies with ``ip route get`` that the range goes into its own veth
     before returning (fail closed). :meth:`destroy` removes it all.
+
+    While the namespace exists, its creator holds an exclusive ``flock`` on
+    ``/run/rso-controlplane/<name>.lock`` (taken before ``ip netns add``, dropped
+    after ``ip netns del``); the kernel drops it when the process dies, however it
+    dies, so a namespace whose lock is free outlived its harness and
+    ``python -m runtime.testing.controlplane reap`` may remove it.
 
     :meth:`spawn` runs a process inside; :meth:`publish` sends a JSON message to
     every process connected to the Unix socket at :attr:`socket_path` (the last
@@ -843,6 +853,7 @@ class PodNetwork:
         self._last: bytes | None = None
         self._lock = threading.Lock()
         self._created = False
+        self._owner_lock: int | None = None
 
     def create(self) -> PodNetwork:
         if os.geteuid() != 0:
@@ -853,6 +864,7 @@ class PodNetwork:
         self.cidr = self._free_cidr()
         self._created = True
         try:
+            self._owner_lock = _claim_netns(self.namespace)
             _ip("netns", "add", self.namespace)
             _ip("link", "add", self.host_veth, "type", "veth", "peer", "name", self.pod_veth)
             _ip("link", "set", self.pod_veth, "netns", self.namespace)
@@ -969,6 +981,9 @@ class PodNetwork:
             subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True, check=False)
             subprocess.run(["ip", "link", "del", self.host_veth], capture_output=True, check=False)
             self._created = False
+        if self._owner_lock is not None:
+            _release_netns(self.namespace, self._owner_lock)
+            self._owner_lock = None
 
 
 @contextlib.contextmanager
@@ -981,29 +996,179 @@ def running(options: Options) -> Iterator[ControlPlane]:
         cp.stop()
 
 
+# -- stale pod networks ------------------------------------------------------------------------
+
+NETNS_LOCK_DIR = pathlib.Path("/run/rso-controlplane")
+"""Where each live :class:`PodNetwork` holds the lock ``<namespace>.lock`` (see its docstring)."""
+
+_NETNS_NAME = re.compile(r"rso-[0-9a-f]{8}")
+"""Exactly the namespace names :class:`PodNetwork` makes; nothing else is ever touched."""
+
+
+def _claim_netns(name: str) -> int:
+    """Take the ownership lock of namespace ``name`` (before it exists); return its fd."""
+    NETNS_LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(NETNS_LOCK_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise PodNetworkError(
+            f"the name {name} is already claimed by another pod network"
+        ) from None
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _release_netns(name: str, fd: int) -> None:
+    """Give up the ownership lock of ``name`` (after the namespace is deleted)."""
+    (NETNS_LOCK_DIR / f"{name}.lock").unlink(missing_ok=True)
+    os.close(fd)
+
+
+def _lock_if_orphaned(name: str) -> int | None:
+    """The lock of ``name`` if its lock file exists and no process holds it (caller closes
+    the fd), else ``None``: a live harness owns it, or it has no lock file (made by a harness
+    that predates the lock, or by something else) and is not ours to judge."""
+    try:
+        fd = os.open(NETNS_LOCK_DIR / f"{name}.lock", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _netns_owner(name: str) -> str:
+    """``"live"`` (a running harness holds its lock), ``"gone"`` (lock file, no holder) or
+    ``"unknown"`` (no lock file)."""
+    if not (NETNS_LOCK_DIR / f"{name}.lock").exists():
+        return "unknown"
+    fd = _lock_if_orphaned(name)
+    if fd is None:
+        return "live"
+    os.close(fd)
+    return "gone"
+
+
+def _pod_network_names() -> list[str]:
+    """The network namespaces named like a :class:`PodNetwork`'s, sorted."""
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    names = (line.split()[0] for line in done.stdout.splitlines() if line.strip())
+    return sorted(name for name in names if _NETNS_NAME.fullmatch(name))
+
+
+def _reap_stale_pod_networks() -> list[str]:
+    """Delete every ``rso-<8 hex>`` namespace (with its host veth) whose harness is gone.
+
+    Gone means: its lock file exists and nobody holds the lock; we hold it while
+    deleting. A namespace of a live harness, one without a lock file, or one that still
+    has processes inside is left alone (and the last two are reported). Lock files left
+    without a namespace are removed too. Needs root; returns one line per thing done or
+    left.
+    """
+    report: list[str] = []
+    names = _pod_network_names()
+    for name in names:
+        fd = _lock_if_orphaned(name)
+        if fd is None:
+            if not (NETNS_LOCK_DIR / f"{name}.lock").exists():
+                report.append(f"left pod network {name}: no owner lock (made by an older harness?)")
+            continue
+        try:
+            pids = _ip("netns", "pids", name).split()
+            if pids:
+                report.append(
+                    f"left pod network {name}: its harness is gone, processes {pids} are not"
+                )
+                continue
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+            host_veth = "rsoh" + name.removeprefix("rso-")
+            subprocess.run(["ip", "link", "del", host_veth], capture_output=True, check=False)
+            (NETNS_LOCK_DIR / f"{name}.lock").unlink(missing_ok=True)
+            report.append(f"removed stale pod network {name}")
+        finally:
+            os.close(fd)
+    for lock in sorted(NETNS_LOCK_DIR.glob("rso-*.lock")):
+        name = lock.name.removesuffix(".lock")
+        if _NETNS_NAME.fullmatch(name) and name not in names:
+            fd = _lock_if_orphaned(name)
+            if fd is not None:
+                lock.unlink(missing_ok=True)
+                os.close(fd)
+    return report
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+class _Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived while the control plane was still starting."""
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
-    """``up``: run a full control plane until SIGINT/SIGTERM, printing the kubeconfig path."""
+    """``python -m runtime.testing.controlplane up|reap`` (what ``make cluster-up`` runs).
+
+    ``up`` first removes stale pod networks (as ``reap``), then starts etcd,
+    kube-apiserver, kube-controller-manager, kube-scheduler, kwok with ``--nodes``
+    fake nodes and the pod network (unless ``--no-pod-network``), prints
+    ``control plane <version> up at <url>`` and then ``KUBECONFIG=<path>`` - that
+    line means ready - and runs until SIGINT or SIGTERM, then stops it all and exits 0.
+    A component that fails to start, or a signal during start-up, stops what was
+    started and exits 1 with an ``error:`` line (a failing component's log tail
+    included). ``--state-out FILE`` is written before the ``KUBECONFIG=`` line, as
+    ``key=value`` lines: ``pid`` (this process), ``pids`` (the components),
+    ``netns`` (the pod network's namespace, or empty) and ``workdir`` (the temp dir
+    every component's command line names) - what a supervisor needs to clean up after
+    a harness it had to SIGKILL (see ``hack/cluster.sh``).
+
+    ``reap`` removes the ``rso-*`` namespaces whose harness died without removing them
+    (see :class:`PodNetwork`) and prints what it did; it never touches a namespace a
+    live harness holds. Without root it does nothing.
+    """
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m runtime.testing.controlplane")
-    parser.add_argument("command", choices=["up"])
+    parser.add_argument("command", choices=["up", "reap"])
     parser.add_argument("--bin-dir", type=pathlib.Path, default=default_bin_dir())
     parser.add_argument("--kubeconfig-out", type=pathlib.Path, default=None,
                         help="also copy the kubeconfig here")  # fmt: skip
+    parser.add_argument("--state-out", type=pathlib.Path, default=None,
+                        help="once up, write pid, pids, netns, workdir here")  # fmt: skip
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--crd-dir", type=pathlib.Path, action="append", default=[])
     parser.add_argument("--no-pod-network", action="store_true")
     args = parser.parse_args(argv)
+    root = os.geteuid() == 0
+    if args.command == "reap":
+        for line in _reap_stale_pod_networks() if root else []:
+            print(line, flush=True)
+        return 0
     if args.bin_dir is None:
         parser.error(f"--bin-dir is required (or set ${BIN_DIR_ENV})")
+
     stop = threading.Event()
+    starting = [True]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        first = not stop.is_set()
+        stop.set()
+        if first and starting[0]:
+            raise _Interrupted(signal.Signals(signum).name)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     options = Options(
         bin_dir=args.bin_dir, controller_manager=True, scheduler=True, kwok=True,
         nodes=args.nodes, pod_network=not args.no_pod_network, crd_dirs=args.crd_dir,
     )  # fmt: skip
     try:
+        if root and options.pod_network:
+            for line in _reap_stale_pod_networks():
+                print(line, flush=True)
         with running(options) as cp:
             assert cp.kubeconfig is not None
             kubeconfig = cp.kubeconfig
@@ -1011,10 +1176,17 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 args.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(cp.kubeconfig, args.kubeconfig_out)
                 kubeconfig = args.kubeconfig_out
+            if args.state_out:
+                _write_state(args.state_out, cp)
             version = cp.request("GET", "/version")["gitVersion"]
             print(f"control plane {version} up at {cp.api_url}", flush=True)
             print(f"KUBECONFIG={kubeconfig}", flush=True)
+            starting[0] = False
             stop.wait()
+        print("control plane stopped", flush=True)
+    except _Interrupted as exc:
+        print(f"error: {exc} during start-up; stopped everything it started", flush=True)
+        return 1
     except ControlPlaneError as exc:
         print(f"error: {exc}", flush=True)
         return 1
@@ -1022,6 +1194,21 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if args.kubeconfig_out:
             args.kubeconfig_out.unlink(missing_ok=True)
     return 0
+
+
+def _write_state(path: pathlib.Path, cp: ControlPlane) -> None:
+    """``up --state-out``: the ``key=value`` lines described in :func:`_main`, atomically."""
+    pids = [str(proc.popen.pid) for proc in cp._procs if proc.popen is not None]
+    lines = [
+        f"pid={os.getpid()}",
+        f"pids={' '.join(pids)}",
+        f"netns={cp.pod_network.namespace if cp.pod_network else ''}",
+        f"workdir={cp.dir}",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("\n".join(lines) + "\n")
+    partial.replace(path)
 
 
 if __name__ == "__main__":
