@@ -72,16 +72,18 @@ cluster-down: ## Stop the local control plane started by cluster-up
 	else echo "no control plane running"; fi
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy (strict for runtime/) and the import-layering check
+lint: $(STAMP) ## ruff, mypy (strict: runtime/, api/, controllers/) and the import-layering check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) hack/gen_manifests.py --check
+	$(PY) hack/gen_rbac_overlay.py --check
 
 .PHONY: manifests
 manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (from controllers/rbac.py)
 	$(PY) hack/gen_manifests.py
+	$(PY) hack/gen_rbac_overlay.py
 
 .PHONY: bench
 bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints one JSON line last)

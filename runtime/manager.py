@@ -51,7 +51,7 @@ import dataclasses
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import prometheus_client
@@ -61,6 +61,7 @@ from aiohttp import web
 from runtime import events, leaderelection, metrics
 from runtime._internal import aio
 from runtime.cache import cache as cache_
+from runtime.cache import informer as informer_
 from runtime.client import client as client_
 
 __all__ = ["LeadershipLost", "Manager", "Options", "Runnable", "run", "serve"]
@@ -100,8 +101,13 @@ class _Started:
 class Options:
     """Manager settings. Every field states its default."""
 
+    namespaces: Sequence[str] = ()
+    """Watch only these namespaces (the cache lists and watches each one; the RBAC then
+    needs only Roles there, see ``config/overlays/namespaced``). Default ``()``: all."""
+
     namespace: str | None = None
-    """Watch only this namespace. Default: all namespaces."""
+    """A shorthand for ``namespaces=[namespace]``; give one of the two, not both.
+    Default ``None``."""
 
     metrics_bind_address: str = ":8080"
     """``host:port`` for ``/metrics``; ``"0"`` disables it. Default ``:8080`` (all interfaces)."""
@@ -139,6 +145,12 @@ class Options:
     component: str = "rayservice-operator"
     """Name used for Events' source. Default "rayservice-operator"."""
 
+    def __post_init__(self) -> None:
+        # Fail at construction on both or bad names; keep a hashable tuple of them.
+        names = informer_.namespaces_of(None, self.namespaces)
+        informer_.namespaces_of(self.namespace, names)
+        object.__setattr__(self, "namespaces", names)
+
 
 def _election_options(options: Options) -> leaderelection.Options | None:
     """The elector's settings (validated now, so bad ones fail early); None when off."""
@@ -167,7 +179,9 @@ class Manager:
     def __init__(self, client: client_.Client, options: Options | None = None) -> None:
         self.client = client
         self.options = options or Options()
-        self.cache = cache_.Cache(client, namespace=self.options.namespace)
+        self.cache = cache_.Cache(
+            client, namespace=self.options.namespace, namespaces=self.options.namespaces
+        )
         self.events = events.Recorder(client, self.options.component)
         self.elector: leaderelection.LeaderElector | None = None
         """The leader elector, once :meth:`start` got to leader election."""

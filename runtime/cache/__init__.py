@@ -4,12 +4,13 @@
   mutation detection;
 - :mod:`runtime.cache.reflector`: :class:`Reflector` (list, watch, bookmarks, 410 relist, backoff);
 - :mod:`runtime.cache.informer`: :class:`SharedInformer` and :class:`Event`;
-- :mod:`runtime.cache.cache`: :class:`Cache`, the reader reconcilers use, with write-through;
+- :mod:`runtime.cache.cache`: :class:`Cache`, the reader reconcilers use, with write-through,
+  over all namespaces or a list of them (:class:`NamespaceNotWatched` for a read outside);
 - :mod:`runtime.cache.selector`: label selectors.
 """
 
 from runtime.cache import informer, reflector, selector, store
-from runtime.cache.cache import Cache
+from runtime.cache.cache import Cache, NamespaceNotWatched
 from runtime.cache.informer import Event, SharedInformer
 from runtime.cache.store import CacheMutationError, Store
 
@@ -17,6 +18,7 @@ __all__ = [
     "Cache",
     "CacheMutationError",
     "Event",
+    "NamespaceNotWatched",
     "SharedInformer",
     "Store",
     "informer",

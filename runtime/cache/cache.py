@@ -23,14 +23,53 @@
   **Deletes too**: an object our client deleted leaves the cache at once (or
   is stored as terminating, when the server keeps it for finalizers or a grace
   period), so a reconcile that scales down does not count what it just deleted.
-- ``namespace`` restricts every informer to one namespace (fewer objects, and
-  RBAC may allow no more); ``None`` watches all namespaces.
+- ``namespaces`` restricts the cache to those namespaces (fewer objects, and
+  RBAC may allow no more: a Role per namespace instead of a ClusterRole); empty
+  (the default) watches all of them. ``namespace="a"`` is a shorthand for
+  ``namespaces=["a"]``; giving both is a :class:`ValueError`. Each namespaced
+  resource is then listed and watched once per namespace (never cluster-wide),
+  into one store per resource (see :mod:`runtime.cache.informer`): ``get``,
+  ``list`` without a namespace, label selectors and indexes answer across the
+  watched namespaces, event handlers see each namespace's events once, and
+  ``has_synced``/``wait_for_sync`` cover them all. Cluster-scoped resources get
+  one cluster-wide watch, as without namespaces. (One cluster-wide watch with a
+  field selector cannot replace the per-namespace ones: ``metadata.namespace``
+  takes no set (``in (a,b)`` is a 400), and an account holding only Roles is
+  refused any cluster-scope list, selector or not - measured on kube-apiserver 1.35.)
+- A read of a namespaced resource **in a namespace the cache does not watch**
+  (``get``, or ``list`` given that namespace) raises :class:`NamespaceNotWatched`,
+  as controller-runtime's multi-namespace cache errors for an unknown namespace:
+  an empty answer would look like "nothing there" and lead a reconciler to
+  create what exists, or report missing what it merely cannot see. It is not a
+  :class:`~runtime.client.errors.NotFound`, so ``except NotFound: create`` does
+  not catch it. Read such objects with the client instead (and grant the RBAC).
+
+>>> import asyncio
+>>> from runtime.testing import fake
+>>> from runtime.client import resources
+>>> CM = resources.default_registry.for_kind("v1", "ConfigMap")
+>>> async def demo():
+...     client = fake.FakeClient(namespaces=["a", "b", "c"])
+...     for ns in ("a", "b", "c"):
+...         await client.create({"apiVersion": "v1", "kind": "ConfigMap",
+...                              "metadata": {"name": "x", "namespace": ns}})
+...     cache = Cache(client, namespaces=["a", "b"])
+...     try:
+...         seen = sorted(o["metadata"]["namespace"] for o in await cache.list(CM))
+...         try:
+...             await cache.get(CM, "c", "x")
+...         except NamespaceNotWatched as exc:
+...             return seen, str(exc)
+...     finally:
+...         await cache.stop()
+>>> asyncio.run(demo())
+(['a', 'b'], 'configmaps in namespace "c": not watched by this cache (it watches a, b)')
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from runtime.cache import informer as informer_
 from runtime.cache import selector as selector_
@@ -38,7 +77,21 @@ from runtime.cache import store as store_
 from runtime.client import client as client_
 from runtime.client import errors, resources
 
-__all__ = ["Cache"]
+__all__ = ["Cache", "NamespaceNotWatched"]
+
+
+class NamespaceNotWatched(LookupError):
+    """A read of a namespaced resource in a namespace the cache does not watch."""
+
+    def __init__(
+        self, resource: resources.Resource, namespace: str | None, watched: Sequence[str]
+    ) -> None:
+        where = f'namespace "{namespace}"' if namespace else "all namespaces"
+        super().__init__(
+            f"{resource} in {where}: not watched by this cache (it watches {', '.join(watched)})"
+        )
+        self.resource = resource
+        self.namespace = namespace
 
 
 class Cache:
@@ -49,6 +102,7 @@ class Cache:
         client: client_.Client,
         *,
         namespace: str | None = None,
+        namespaces: Sequence[str] = (),
         indexers: Mapping[str, Mapping[str, store_.Indexer]] | None = None,
         transform: store_.Transform | None = store_.default_transform,
         resync: float | None = None,
@@ -59,7 +113,9 @@ class Cache:
         list (see :mod:`runtime.cache.reflector`). ``indexers`` maps a resource's
         ``str()`` (e.g. ``"pods"``, ``"rayclusters.ray.io"``) to extra indexers."""
         self.client = client
-        self.namespace = namespace
+        self.namespaces = informer_.namespaces_of(namespace, namespaces)
+        """The watched namespaces; ``()``: all."""
+        self._watched = frozenset(self.namespaces)
         self.indexers = {k: dict(v) for k, v in (indexers or {}).items()}
         self.transform = transform
         self.resync = resync
@@ -79,7 +135,7 @@ class Cache:
             found = informer_.SharedInformer(
                 self.client,
                 resource,
-                namespace=self.namespace,
+                namespaces=self.namespaces,
                 indexers=self.indexers.get(str(resource)),
                 transform=self.transform,
                 resync=self.resync,
@@ -109,7 +165,10 @@ class Cache:
     async def get(
         self, resource: resources.Resource, namespace: str | None, name: str
     ) -> store_.Obj:
-        """The cached object (read-only!); raises :class:`~runtime.client.errors.NotFound`."""
+        """The cached object (read-only!); raises :class:`~runtime.client.errors.NotFound`
+        (or :class:`NamespaceNotWatched`)."""
+        if self._watched and namespace not in self._watched and resource.namespaced:
+            raise NamespaceNotWatched(resource, namespace, self.namespaces)
         store = self._synced_stores.get(resource)
         if store is None:
             store = await self._synced(resource)
@@ -128,10 +187,15 @@ class Cache:
         label_selector: str | None = None,
         index: tuple[str, str] | None = None,
     ) -> builtins.list[store_.Obj]:
-        """Cached objects (read-only!), by namespace, label selector and/or an index."""
+        """Cached objects (read-only!), by namespace (default: every watched one), label
+        selector and/or an index; raises :class:`NamespaceNotWatched` for a namespace
+        the cache does not watch."""
+        if namespace and self._watched and resource.namespaced:
+            if namespace not in self._watched:
+                raise NamespaceNotWatched(resource, namespace, self.namespaces)
+            if len(self._watched) == 1:
+                namespace = None  # every cached object is in it already
         store = await self._synced(resource)
-        if namespace and namespace == self.namespace:
-            namespace = None  # every cached object is in it already
         selector = selector_.parse(label_selector) if label_selector else None
         narrowest = selector.narrowest() if selector is not None else None
         if index is not None:
@@ -172,7 +236,7 @@ class Cache:
         self, resource: resources.Resource, namespace: str | None, name: str, answer: object
     ) -> None:
         informer = self._informers.get(resource)
-        if informer is None or (self.namespace and namespace != self.namespace):
+        if informer is None or not informer.watches(namespace):
             return
         informer.apply_delete(f"{namespace}/{name}" if namespace else name, answer)
 
@@ -186,6 +250,4 @@ class Cache:
         informer = self._informers.get(resource)
         if informer is None:
             return
-        if self.namespace and obj["metadata"].get("namespace") != self.namespace:
-            return
-        informer.apply_write(obj)
+        informer.apply_write(obj)  # it drops objects of namespaces it does not watch

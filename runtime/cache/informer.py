@@ -1,11 +1,19 @@
-"""The shared informer: one reflector and one store per resource, many event handlers.
+"""The shared informer: one store per resource, fed by one reflector per watched namespace.
+
+- ``namespaces`` (see :func:`namespaces_of`) restricts a **namespaced** resource
+  to those namespaces: one list+watch per namespace (:attr:`SharedInformer.reflectors`),
+  all feeding the same store and the same handlers, so reads and indexes answer
+  across them; a relist of one namespace replaces only that namespace's objects.
+  Empty means all namespaces (one cluster-wide list+watch). A cluster-scoped
+  resource always gets one cluster-wide list+watch.
 
 - Handlers are plain callables ``handler(event)`` taking an :class:`Event`; they
   are called **in the order the changes happened**, synchronously, on the event
   loop, so they must be quick (enqueue a key, never do I/O). A handler that
   raises is logged; the others and the informer go on.
-- :meth:`SharedInformer.has_synced` turns true after the first complete list;
-  :meth:`SharedInformer.wait_for_sync` waits for it.
+- :meth:`SharedInformer.has_synced` turns true once every reflector's first list
+  is complete; :meth:`SharedInformer.wait_for_sync` waits for it. A handler added
+  later first gets what the store holds, as adds.
 - ``resync`` (seconds, default off) re-delivers every cached object as an
   ``update`` with ``old is obj``, from the cache and without any API call (for
   controllers that must periodically re-check something external).
@@ -17,7 +25,17 @@
   for the same object (the update that removed the last finalizer deleted it) does
   not bring the object back. An object with a ``deletionTimestamp`` and no
   finalizers is never written through (it is gone or about to be; the watch says
-  which). The object stored is a copy: the caller may go on changing its own.
+  which). The object stored is a copy: the caller may go on changing its own. An
+  object in a namespace the informer does not watch is never written through.
+
+>>> namespaces_of("team-a", ())
+('team-a',)
+>>> namespaces_of(None, ["team-a", "team-b", "team-a"])
+('team-a', 'team-b')
+>>> namespaces_of("team-a", ["team-b"])
+Traceback (most recent call last):
+...
+ValueError: give namespace (one) or namespaces (several), not both
 """
 
 from __future__ import annotations
@@ -25,7 +43,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import structlog
@@ -35,7 +54,7 @@ from runtime.cache import store as store_
 from runtime.client import client as client_
 from runtime.client import resources
 
-__all__ = ["Event", "Handler", "SharedInformer"]
+__all__ = ["Event", "Handler", "SharedInformer", "namespaces_of"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,6 +69,20 @@ class Event:
 Handler = Callable[[Event], None]
 
 
+def namespaces_of(namespace: str | None, namespaces: Sequence[str]) -> tuple[str, ...]:
+    """The namespaces to watch, from ``namespace`` (one, a shorthand) or ``namespaces``
+    (several; duplicates dropped, order kept); ``()`` means all. Giving both is an error."""
+    if isinstance(namespaces, str):
+        raise TypeError(f"namespaces takes a sequence of names, not the string {namespaces!r}")
+    if namespace is not None and namespaces:
+        raise ValueError("give namespace (one) or namespaces (several), not both")
+    names = (namespace,) if namespace is not None else tuple(dict.fromkeys(namespaces))
+    for name in names:
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"not a namespace name: {name!r}")
+    return names
+
+
 class SharedInformer:
     """See the module docstring. Start with :meth:`start`, stop with :meth:`stop`."""
 
@@ -59,6 +92,7 @@ class SharedInformer:
         resource: resources.Resource,
         *,
         namespace: str | None = None,
+        namespaces: Sequence[str] = (),
         label_selector: str | None = None,
         indexers: dict[str, store_.Indexer] | None = None,
         transform: store_.Transform | None = store_.default_transform,
@@ -67,29 +101,52 @@ class SharedInformer:
         watch_list: bool = False,
     ) -> None:
         self.resource = resource
+        watched = namespaces_of(namespace, namespaces)
+        self.namespaces: tuple[str, ...] = watched if resource.namespaced else ()
+        """The namespaces served; ``()``: all (or a cluster-scoped resource)."""
+        self._watched = frozenset(self.namespaces)
         self.store = store_.Store(indexers, transform=transform, debug=debug)
         self.resync = resync
         self._handlers: list[Handler] = []
         self._synced = asyncio.Event()
+        self._unsynced: set[str | None] = set(self.namespaces or (None,))
         self._tasks: list[asyncio.Task[None]] = []
         self.log = structlog.get_logger("runtime.cache").bind(resource=str(resource))
-        self.reflector = reflector_.Reflector(
-            client,
-            resource,
-            self.store,
-            self._dispatch,
-            namespace=namespace,
-            label_selector=label_selector,
-            on_synced=self._synced.set,
-            watch_list=watch_list,
-        )
+        reflectors = []
+        for scope in self.namespaces or (None,):
+            reflector = reflector_.Reflector(
+                client,
+                resource,
+                self.store,
+                self._dispatch,
+                namespace=scope,
+                label_selector=label_selector,
+                on_synced=functools.partial(self._reflector_synced, scope),
+                watch_list=watch_list,
+            )
+            if scope is not None:
+                reflector.log = reflector.log.bind(namespace=scope)
+            reflectors.append(reflector)
+        self.reflectors: tuple[reflector_.Reflector, ...] = tuple(reflectors)
+        """One per watched namespace (one in all for all namespaces)."""
+        self.reflector = reflectors[0]
+        """The first of :attr:`reflectors` (the only one unless several namespaces)."""
+
+    def watches(self, namespace: str | None) -> bool:
+        """Whether objects of ``namespace`` belong in this informer."""
+        return not self._watched or namespace in self._watched
+
+    def _reflector_synced(self, scope: str | None) -> None:
+        self._unsynced.discard(scope)
+        if not self._unsynced:
+            self._synced.set()
 
     def add_handler(self, handler: Handler) -> None:
-        """Deliver future events to ``handler``; if synced, replay the cache as adds first."""
+        """Deliver future events to ``handler``, after what the store holds now as adds
+        (everything once synced; with several namespaces, those listed so far)."""
         self._handlers.append(handler)
-        if self.has_synced():
-            for obj in self.store.list():
-                self._call(handler, Event("add", obj))
+        for obj in self.store.list():
+            self._call(handler, Event("add", obj))
 
     def has_synced(self) -> bool:
         return self._synced.is_set()
@@ -105,9 +162,11 @@ class SharedInformer:
         """Start listing and watching (returns at once)."""
         if self._tasks:
             return
-        self._tasks.append(
-            asyncio.create_task(self.reflector.run(), name=f"reflector-{self.resource}")
-        )
+        for reflector in self.reflectors:
+            where = f"-{reflector.namespace}" if reflector.namespace else ""
+            self._tasks.append(
+                asyncio.create_task(reflector.run(), name=f"reflector-{self.resource}{where}")
+            )
         if self.resync:
             self._tasks.append(
                 asyncio.create_task(self._resync_loop(self.resync), name=f"resync-{self.resource}")
@@ -123,6 +182,8 @@ class SharedInformer:
         """Write-through of an object our client just wrote; True if it was stored."""
         meta = obj["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return False
+        if self._watched and meta.get("namespace") not in self._watched:
             return False
         store = self.store
         if not store.accepts(obj):

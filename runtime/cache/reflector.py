@@ -6,9 +6,10 @@ Contract (client-go's reflector, in our words):
    ``resourceVersion=0`` (served from the apiserver's watch cache, cheap), a
    relist asks for ``""`` (a consistent read from etcd). The store is
    **replaced** (:meth:`~runtime.cache.store.Store.replace` with the list's
-   resourceVersion): objects that vanished are reported as deletes, but what our
-   own writes put in the store after the list's snapshot is neither rolled back
-   nor reported deleted.
+   resourceVersion; a namespaced reflector replaces only its namespace's part of
+   a store it may share with others): objects that vanished are reported as
+   deletes, but what our own writes put in the store after the list's snapshot is
+   neither rolled back nor reported deleted.
 2. **Watch** from the list's resourceVersion with ``allowWatchBookmarks=true`` and
    a random ``timeoutSeconds`` in [5 min, 10 min] (so many clients do not
    reconnect in step). ADDED/MODIFIED upsert, DELETED removes (leaving a
@@ -186,7 +187,8 @@ class Reflector:
         self._replace(result.items, result.resource_version)
 
     def _replace(self, items: list[store_.Obj], resource_version: str) -> None:
-        upserted, deleted = self.store.replace(items, resource_version)
+        scope = self.namespace if self.resource.namespaced else None
+        upserted, deleted = self.store.replace(items, resource_version, namespace=scope)
         self.resource_version = resource_version
         self.lists += 1
         for obj, old in upserted:

@@ -309,15 +309,21 @@ class Store:
         return previous
 
     def replace(
-        self, objs: Iterable[Obj], resource_version: str | None = None
+        self,
+        objs: Iterable[Obj],
+        resource_version: str | None = None,
+        *,
+        namespace: str | None = None,
     ) -> tuple[builtins.list[tuple[Obj, Obj | None]], builtins.list[Obj]]:
         """Make the store hold ``objs``, a list taken at ``resource_version``.
 
         Without ``resource_version`` the store then holds exactly ``objs``. With it,
         what is newer than the list survives (see the module docstring), listed objects
         at or below their key's tombstone are skipped, and vanished keys get a tombstone
-        at ``resource_version``. Returns ``(upserted, deleted)``: ``(stored, previous)``
-        pairs for the objects stored, and the objects that vanished.
+        at ``resource_version``. With ``namespace``, ``objs`` is that namespace's list
+        and only its keys are replaced (a store fed by one list per namespace).
+        Returns ``(upserted, deleted)``: ``(stored, previous)`` pairs for the objects
+        stored, and the objects that vanished.
         """
         upserted: builtins.list[tuple[Obj, Obj | None]] = []
         seen: set[str] = set()
@@ -333,7 +339,8 @@ class Store:
                     continue  # deleted after the snapshot was taken
             upserted.append(self.upsert(obj))
         deleted = []
-        for key in [k for k in self._items if k not in seen]:
+        prefix = f"{namespace}/" if namespace else ""
+        for key in [k for k in self._items if k not in seen and k.startswith(prefix)]:
             current = self._items[key]
             if resource_version and _provably_newer(_rv(current), resource_version):
                 continue  # written after the snapshot was taken

@@ -19,7 +19,7 @@ from runtime.cache import informer as informer_
 from runtime.cache import reflector as reflector_
 from runtime.cache import store as store_
 from runtime.client import client as client_
-from runtime.client import errors, resources
+from runtime.client import resources
 from runtime.testing import fake
 from tests.unit import helpers
 
@@ -408,7 +408,7 @@ async def test_a_namespaced_cache_ignores_writes_to_other_namespaces() -> None:
         assert [o["metadata"]["name"] for o in await cache.list(CM)] == ["mine"]
         assert [o["metadata"]["name"] for o in await cache.list(CM, "ns", index=(
             "by-app", "web"))] == ["mine"]  # fmt: skip
-        with pytest.raises(errors.NotFound):
+        with pytest.raises(cache_.NamespaceNotWatched):  # not NotFound: it is not watched
             await cache.get(CM, "other", "theirs")
         assert cache.has_synced()
     finally:

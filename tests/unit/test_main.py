@@ -101,7 +101,9 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["--leader-elect=maybe"], "--leader-elect"),
         (["--reconcile-concurrency"], "--reconcile-concurrency"),  # the value is missing
         (["stray-positional"], "stray-positional"),
-        (["--namespace=a", "--namespace=b"], "several namespaces"),
+        (["--metrics-addr", ":1", "--metrics-bind-address", ":2"], "--metrics-addr and"),
+        (["--enable-leader-election=perhaps"], "--enable-leader-election"),
+        (["--log-stdout-encoder", "xml"], "--log-stdout-encoder"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -117,10 +119,10 @@ def test_bad_flags_exit_2_with_one_line_naming_them(
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
-        ("RAYSERVICE_RECONCILE_CONCURRENCY", "0", "reconcile-concurrency"),
-        ("RAYSERVICE_LEADER_ELECT", "maybe", "leader-elect"),
-        ("RAYSERVICE_LOG_FORMAT", "xml", "log-format"),
-        ("RAYSERVICE_NAMESPACE", '["a", "b"]', "several namespaces"),
+        ("RAYSERVICE_RECONCILE_CONCURRENCY", "0", "RAYSERVICE_RECONCILE_CONCURRENCY:"),
+        ("RAYSERVICE_LEADER_ELECT", "maybe", "RAYSERVICE_LEADER_ELECT"),
+        ("RAYSERVICE_LOG_FORMAT", "xml", "RAYSERVICE_LOG_FORMAT:"),
+        ("RAYSERVICE_QPS", "-1", "RAYSERVICE_QPS:"),
     ],
 )
 def test_bad_environment_values_exit_2_with_one_line(
@@ -137,10 +139,24 @@ def test_help_lists_every_flag_and_exits_0(ran: Ran, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as exited:
         main.main(["--help"])
     assert exited.value.code == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
     for field in main.Settings.model_fields:
         assert "--" + field.replace("_", "-") in out, field
+        assert f"RAYSERVICE_{field.upper()}" in out, "each flag shows its variable"
+    for kuberay in ("--metrics-addr", "--enable-leader-election", "--watch-namespace",
+                    "--log-stdout-encoder"):  # fmt: skip
+        assert kuberay in out
     assert ran.managers == []
+
+
+def test_a_flag_beats_its_variable_in_the_error_too(
+    ran: Ran, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAYSERVICE_RECONCILE_CONCURRENCY", "2")
+    assert main.main(["--reconcile-concurrency", "0"]) == 2
+    line = one_error_line(capsys)
+    assert "--reconcile-concurrency:" in line
+    assert "RAYSERVICE_" not in line
 
 
 # -- the kubeconfig: flag, then $KUBECONFIG, then in-cluster, then ~/.kube/config ------------
@@ -221,6 +237,15 @@ def test_in_cluster_without_a_service_account_exits_2(
     assert ".kube" not in line
 
 
+def test_an_empty_kubeconfig_says_so(
+    ran: Ran, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    assert main.main(["--kubeconfig", str(empty)]) == 2
+    assert f"kubeconfig {empty} is empty" in one_error_line(capsys)
+
+
 def test_an_unparsable_kubeconfig_is_reported_on_one_line(
     ran: Ran, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
@@ -237,11 +262,11 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
     options = ran.options
     assert options == manager.Options(), "the binary's defaults are the Manager's"
-    assert ran.managers[0].cache.namespace is None, "all namespaces"
+    assert options.namespaces == (), "all namespaces"
     assert ran.setup == [{"max_concurrent_reconciles": 1}]
     assert ran.logging == [("auto", "info")]
     client_options = ran.managers[0].client.options
-    assert (client_options.qps, client_options.burst) == (None, 10)
+    assert (client_options.qps, client_options.burst) == (100, 200), "KubeRay's defaults"
 
 
 def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
@@ -255,11 +280,10 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(argv) == 0
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
-        namespace="team-a", leader_election=True, leader_election_id="my-lease",
+        namespaces=("team-a",), leader_election=True, leader_election_id="my-lease",
         leader_election_namespace="ops", metrics_bind_address="127.0.0.1:9090",
         health_probe_bind_address="0",
     )  # fmt: skip
-    assert mgr.cache.namespace == "team-a", "the informers watch that namespace only"
     assert ran.setup == [{"max_concurrent_reconciles": 4}]
     assert (mgr.client.options.qps, mgr.client.options.burst) == (20.0, 40)
     assert ran.logging == [("json", "debug")]
@@ -270,7 +294,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
 ) -> None:
     for name, value in {
         "KUBECONFIG": str(kubeconfig),
-        "RAYSERVICE_NAMESPACE": '["team-b"]',
+        "RAYSERVICE_NAMESPACE": "team-b",
         "RAYSERVICE_LEADER_ELECT": "true",
         "RAYSERVICE_LEADER_ELECTION_ID": "env-lease",
         "RAYSERVICE_METRICS_BIND_ADDRESS": "127.0.0.1:9100",
@@ -283,7 +307,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
     assert main.main([]) == 0
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
-        namespace="team-b", leader_election=True, leader_election_id="env-lease",
+        namespaces=("team-b",), leader_election=True, leader_election_id="env-lease",
         metrics_bind_address="127.0.0.1:9100", health_probe_bind_address="127.0.0.1:9101",
     )  # fmt: skip
     assert ran.setup == [{"max_concurrent_reconciles": 3}]
@@ -299,3 +323,63 @@ def test_the_exit_code_is_serves(ran: Ran, kubeconfig: pathlib.Path) -> None:
     ran.exit_code = 1  # the manager failed, or lost its Lease
     assert main.main(["--kubeconfig", str(kubeconfig)]) == 1
     assert len(ran.managers) == 1
+
+
+def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    argv = [
+        "--kubeconfig", str(kubeconfig), "--metrics-addr", "127.0.0.1:9",
+        "--enable-leader-election", "--leader-election-namespace", "ops",
+        "--watch-namespace", "team-a,team-b",
+        "--reconcile-concurrency", "3", "--qps", "50", "--burst", "60",
+        "--log-stdout-encoder", "console", "--health-probe-bind-address", "127.0.0.1:10",
+    ]  # fmt: skip
+    assert main.main(argv) == 0
+    mgr = ran.managers[0]
+    assert mgr.options == manager.Options(
+        namespaces=("team-a", "team-b"), leader_election=True, leader_election_namespace="ops",
+        metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
+    )  # fmt: skip
+    assert ran.setup == [{"max_concurrent_reconciles": 3}]
+    assert (mgr.client.options.qps, mgr.client.options.burst) == (50.0, 60)
+    assert ran.logging == [("console", "info")]
+
+
+@pytest.mark.parametrize(
+    ("argv", "elected"),
+    [(["--enable-leader-election=false"], False), (["--enable-leader-election=true"], True),
+     (["--enable-leader-election=1"], True), (["--leader-elect=False"], False),
+     (["--leader-elect=t"], True), (["--no-enable-leader-election"], False)],
+)  # fmt: skip
+def test_go_style_boolean_flags(
+    ran: Ran, kubeconfig: pathlib.Path, argv: list[str], elected: bool
+) -> None:
+    assert main.main(["--kubeconfig", str(kubeconfig), *argv]) == 0
+    assert ran.options.leader_election is elected
+
+
+@pytest.mark.parametrize(
+    ("value", "namespaces"),
+    [("team-a", ("team-a",)), ("team-a,team-b", ("team-a", "team-b")),
+     ('["team-a", "team-b"]', ("team-a", "team-b")), (" a , b ,a", ("a", "b"))],
+)  # fmt: skip
+def test_namespaces_from_the_environment(
+    ran: Ran, monkeypatch: pytest.MonkeyPatch, kubeconfig: pathlib.Path,
+    value: str, namespaces: tuple[str, ...],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("RAYSERVICE_NAMESPACE", value)
+    assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
+    assert ran.options.namespaces == namespaces
+
+
+def test_several_namespace_flags_and_the_same_flag_under_both_names(
+    ran: Ran, kubeconfig: pathlib.Path
+) -> None:
+    argv = ["--kubeconfig", str(kubeconfig), "--namespace", "a", "--namespace", "b,c",
+            "--watch-namespace", "a,b,c"]  # fmt: skip
+    assert main.main(argv) == 0, "the same value under both names is fine"
+    assert ran.options.namespaces == ("a", "b", "c")
+
+
+def test_qps_zero_turns_client_side_limiting_off(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    assert main.main(["--kubeconfig", str(kubeconfig), "--qps", "0"]) == 0
+    assert ran.managers[0].client.options.qps is None
