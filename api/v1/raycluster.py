@@ -250,13 +250,22 @@ class RayCluster(meta.Model):
     RESOURCE: ClassVar[resources.Resource] = groupversion.RAYCLUSTERS
     CATEGORIES: ClassVar[tuple[str, ...]] = ("all",)
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ()
+    LEGACY_VERSIONS: ClassVar[tuple[str, ...]] = ("v1alpha1",)
+    """Versions KubeRay's CRD lists besides ``v1``: listed in ours as neither served nor
+    storage, so a cluster whose CRD ``status.storedVersions`` names one accepts ours."""
     PRINTER_COLUMNS: ClassVar[tuple[meta.PrinterColumn, ...]] = (
-        meta.PrinterColumn("state", "string", ".status.state"),
         meta.PrinterColumn("desired workers", "integer", ".status.desiredWorkerReplicas"),
-        meta.PrinterColumn("ready workers", "integer", ".status.readyWorkerReplicas"),
-        meta.PrinterColumn("head pod IP", "string", ".status.head.podIP", priority=1),
+        meta.PrinterColumn("available workers", "integer", ".status.availableWorkerReplicas"),
+        meta.PrinterColumn("cpus", "string", ".status.desiredCPU"),
+        meta.PrinterColumn("memory", "string", ".status.desiredMemory"),
+        meta.PrinterColumn("gpus", "string", ".status.desiredGPU"),
+        meta.PrinterColumn("tpus", "string", ".status.desiredTPU", priority=1),
+        meta.PrinterColumn("status", "string", ".status.state"),
         meta.PrinterColumn.AGE,
+        meta.PrinterColumn("head pod IP", "string", ".status.head.podIP", priority=1),
+        meta.PrinterColumn("head service IP", "string", ".status.head.serviceIP", priority=1),
     )
+    """KubeRay v1.5.0's columns: same names, types, paths, order and ``-o wide`` ones."""
 
     api_version: Literal["ray.io/v1"] = "ray.io/v1"
     kind: Literal["RayCluster"] = "RayCluster"

@@ -208,12 +208,15 @@ class RayService(meta.Model):
     RESOURCE: ClassVar[resources.Resource] = groupversion.RAYSERVICES
     CATEGORIES: ClassVar[tuple[str, ...]] = ("all",)
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ()
+    LEGACY_VERSIONS: ClassVar[tuple[str, ...]] = ("v1alpha1",)
+    """Versions KubeRay's CRD lists besides ``v1``: listed in ours as neither served nor
+    storage, so a cluster whose CRD ``status.storedVersions`` names one accepts ours."""
     PRINTER_COLUMNS: ClassVar[tuple[meta.PrinterColumn, ...]] = (
         meta.PrinterColumn("service status", "string", ".status.serviceStatus"),
-        meta.PrinterColumn("ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
-        meta.PrinterColumn("serve endpoints", "integer", ".status.numServeEndpoints"),
-        meta.PrinterColumn.AGE,
+        # KubeRay declares this integer field a string column; the cell reads the same.
+        meta.PrinterColumn("num serve endpoints", "string", ".status.numServeEndpoints"),
     )
+    """KubeRay v1.5.0's columns, exactly (it has no age column for RayServices)."""
 
     api_version: Literal["ray.io/v1"] = "ray.io/v1"
     kind: Literal["RayService"] = "RayService"

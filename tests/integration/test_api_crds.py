@@ -216,10 +216,10 @@ def test_kubectl_get_shows_the_printer_columns(
         )  # fmt: skip
         headers[plural] = done.stdout.splitlines()[0].split("  ")
     assert [h.strip() for h in headers["rayservices"] if h.strip()] == [
-        "NAME", "SERVICE STATUS", "READY", "SERVE ENDPOINTS", "AGE",
+        "NAME", "SERVICE STATUS", "NUM SERVE ENDPOINTS",
     ]  # fmt: skip
     assert [h.strip() for h in headers["rayclusters"] if h.strip()] == [
-        "NAME", "STATE", "DESIRED WORKERS", "READY WORKERS", "AGE",
+        "NAME", "DESIRED WORKERS", "AVAILABLE WORKERS", "CPUS", "MEMORY", "GPUS", "STATUS", "AGE",
     ]  # fmt: skip
 
 

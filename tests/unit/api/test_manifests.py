@@ -110,7 +110,7 @@ def test_crd_shape(kind: str) -> None:
     assert crd["spec"]["group"] == "ray.io"
     assert crd["spec"]["scope"] == "Namespaced"
     assert crd["spec"]["names"]["categories"] == ["all"]
-    (version,) = crd["spec"]["versions"]
+    version, legacy = crd["spec"]["versions"]
     assert version["name"] == "v1"
     assert version["served"]
     assert version["storage"]
@@ -118,26 +118,75 @@ def test_crd_shape(kind: str) -> None:
     schema = version["schema"]["openAPIV3Schema"]
     assert schema["required"] == ["spec"]
     assert set(schema["properties"]) == {"apiVersion", "kind", "metadata", "spec", "status"}
+    assert legacy["name"] == "v1alpha1"
 
 
-def test_printer_columns() -> None:
-    def columns(kind: str) -> list[tuple[str, str]]:
-        version = crd_of(kind)["spec"]["versions"][0]
-        return [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]
-                if not c.get("priority")]  # fmt: skip
+@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+def test_v1alpha1_is_listed_but_neither_served_nor_stored(kind: str) -> None:
+    """KubeRay's CRDs list v1alpha1 (RayJob's too); a cluster whose CRD has it in
+    ``status.storedVersions`` refuses a CRD that drops it."""
+    versions = crd_of(kind)["spec"]["versions"]
+    assert [v["name"] for v in versions] == ["v1", "v1alpha1"]
+    assert [v["name"] for v in versions if v["storage"]] == ["v1"]
+    assert [v["name"] for v in versions if v["served"]] == ["v1"]
+    assert versions[1] == {
+        "name": "v1alpha1",
+        "served": False,
+        "storage": False,
+        "schema": {
+            "openAPIV3Schema": {
+                "type": "object",
+                "description": "v1alpha1 is not served; objects are read and written as v1.",
+                "x-kubernetes-preserve-unknown-fields": True,
+            }
+        },
+    }
+    assert gen.legacy_version("v1alpha1") == versions[1]
 
-    assert columns("RayService") == [
-        ("service status", ".status.serviceStatus"),
-        ("ready", '.status.conditions[?(@.type=="Ready")].status'),
-        ("serve endpoints", ".status.numServeEndpoints"),
-        ("age", ".metadata.creationTimestamp"),
-    ]
+
+def columns(kind: str) -> list[tuple[str, str, str, int]]:
+    version = crd_of(kind)["spec"]["versions"][0]
+    return [(c["name"], c["type"], c["jsonPath"], c.get("priority", 0))
+            for c in version["additionalPrinterColumns"]]  # fmt: skip
+
+
+def test_raycluster_printer_columns_are_kuberays() -> None:
+    """KubeRay v1.5.0's columns: names, types, paths, order; TPUs and the head's IPs wide."""
     assert columns("RayCluster") == [
-        ("state", ".status.state"),
-        ("desired workers", ".status.desiredWorkerReplicas"),
-        ("ready workers", ".status.readyWorkerReplicas"),
-        ("age", ".metadata.creationTimestamp"),
+        ("desired workers", "integer", ".status.desiredWorkerReplicas", 0),
+        ("available workers", "integer", ".status.availableWorkerReplicas", 0),
+        ("cpus", "string", ".status.desiredCPU", 0),
+        ("memory", "string", ".status.desiredMemory", 0),
+        ("gpus", "string", ".status.desiredGPU", 0),
+        ("tpus", "string", ".status.desiredTPU", 1),
+        ("status", "string", ".status.state", 0),
+        ("age", "date", ".metadata.creationTimestamp", 0),
+        ("head pod IP", "string", ".status.head.podIP", 1),
+        ("head service IP", "string", ".status.head.serviceIP", 1),
     ]
+
+
+def test_rayservice_printer_columns_are_kuberays() -> None:
+    """KubeRay v1.5.0's two columns (a string column for an integer, and no age, as there)."""
+    assert columns("RayService") == [
+        ("service status", "string", ".status.serviceStatus", 0),
+        ("num serve endpoints", "string", ".status.numServeEndpoints", 0),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+def test_printer_columns_point_at_status_fields_that_exist(kind: str) -> None:
+    schema = schema_of(kind)
+    for name, _, path, _ in columns(kind):
+        if path.startswith(".metadata."):
+            continue
+        node = schema
+        for part in path.removeprefix(".").split("."):
+            assert part in node.get("properties", {}), f"{name}: {path}"
+            node = node["properties"][part]
+        assert node.get("type") in {"string", "integer"} or node.get(
+            "x-kubernetes-int-or-string"
+        ), f"{name}: {path}"
 
 
 def test_validation_rules_reach_the_schema() -> None:
@@ -284,4 +333,6 @@ def test_manager_deployment_is_locked_down() -> None:
 def test_models_declare_their_crd() -> None:
     for model in v1.MODELS:
         assert model.RESOURCE.group == v1.GROUP
-        assert model.PRINTER_COLUMNS[-1] is meta.PrinterColumn.AGE
+        assert model.LEGACY_VERSIONS == ("v1alpha1",)
+        version = crd_of(model.__name__)["spec"]["versions"][0]
+        assert version["additionalPrinterColumns"] == [c.to_api() for c in model.PRINTER_COLUMNS]
