@@ -49,27 +49,22 @@ coverage: test ## The same run as `make test` (it prints the branch-coverage tab
 test-unit: $(STAMP) ## Only the fast tiers: unit tests and doctests (no server)
 	$(PY) -m pytest tests/unit runtime controllers api
 
+# `make cluster-up CLUSTER_DIR=/tmp/x` keeps a second one apart; hack/cluster.sh documents the rest.
+CLUSTER_BIN_DIR ?=
+CLUSTER_UP_TIMEOUT ?= 120
+CLUSTER_DOWN_TIMEOUT ?= 30
+CLUSTER_FLAGS ?=
+CLUSTER_ENV = CLUSTER_DIR='$(abspath $(CLUSTER_DIR))' PY='$(abspath $(PY))' \
+	CLUSTER_BIN_DIR='$(CLUSTER_BIN_DIR)' CLUSTER_UP_TIMEOUT='$(CLUSTER_UP_TIMEOUT)' \
+	CLUSTER_DOWN_TIMEOUT='$(CLUSTER_DOWN_TIMEOUT)' CLUSTER_FLAGS='$(CLUSTER_FLAGS)'
+
 .PHONY: cluster-up
-cluster-up: $(STAMP) controlplane ## Start a local control plane in the background; prints its kubeconfig
-	@mkdir -p $(CLUSTER_DIR)
-	@if [ -f $(CLUSTER_DIR)/pid ] && kill -0 $$(cat $(CLUSTER_DIR)/pid) 2>/dev/null; then \
-		echo "already running: KUBECONFIG=$(CURDIR)/$(CLUSTER_DIR)/kubeconfig"; exit 0; fi
-	@rm -f $(CLUSTER_DIR)/kubeconfig
-	@nohup $(PY) -m runtime.testing.controlplane up --bin-dir "$$($(CONTROLPLANE_BUILD) --print-bin-dir)" \
-		--kubeconfig-out $(CURDIR)/$(CLUSTER_DIR)/kubeconfig > $(CLUSTER_DIR)/log 2>&1 & echo $$! > $(CLUSTER_DIR)/pid
-	@for i in $$(seq 1 600); do \
-		grep -q '^KUBECONFIG=' $(CLUSTER_DIR)/log 2>/dev/null && break; \
-		kill -0 $$(cat $(CLUSTER_DIR)/pid) 2>/dev/null || { cat $(CLUSTER_DIR)/log >&2; rm -f $(CLUSTER_DIR)/pid; exit 1; }; \
-		sleep 0.1; done
-	@grep -E '^(control plane|KUBECONFIG=)' $(CLUSTER_DIR)/log
+cluster-up: $(STAMP) controlplane ## Start a local control plane in the background (stopped again if not ready in CLUSTER_UP_TIMEOUT s)
+	@$(CLUSTER_ENV) hack/cluster.sh up
 
 .PHONY: cluster-down
-cluster-down: ## Stop the local control plane started by cluster-up
-	@if [ -f $(CLUSTER_DIR)/pid ]; then \
-		pid=$$(cat $(CLUSTER_DIR)/pid); kill $$pid 2>/dev/null || true; \
-		for i in $$(seq 1 300); do kill -0 $$pid 2>/dev/null || break; sleep 0.1; done; \
-		rm -f $(CLUSTER_DIR)/pid; echo "control plane stopped"; \
-	else echo "no control plane running"; fi
+cluster-down: ## Stop it; SIGKILL after CLUSTER_DOWN_TIMEOUT s; no process or pod network left
+	@$(CLUSTER_ENV) hack/cluster.sh down
 
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy (strict: runtime/, api/, controllers/) and the import-layering check
@@ -108,7 +103,7 @@ run: $(STAMP) ## Run the operator: against $KUBECONFIG if set, else a local cont
 			apply -f config/crd/bases >/dev/null && echo "CRDs installed"; \
 	fi; \
 	echo "running rayservice-manager against the local control plane (Ctrl-C to stop)"; \
-	$(VENV)/bin/rayservice-manager --kubeconfig $(CURDIR)/$(CLUSTER_DIR)/kubeconfig $(MANAGER_FLAGS)
+	$(VENV)/bin/rayservice-manager --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig $(MANAGER_FLAGS)
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches

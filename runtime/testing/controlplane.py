@@ -1076,16 +1076,28 @@ def _reap_stale_pod_networks() -> list[str]:
         fd = _lock_if_orphaned(name)
         if fd is None:
             if not (NETNS_LOCK_DIR / f"{name}.lock").exists():
-                report.append(f"left pod network {name}: no owner lock (made by an older harness?)")
+                report.append(
+                    f"left pod network {name}: no owner lock, so not ours to judge "
+                    f"(`ip netns del {name}` removes it)"
+                )
             continue
         try:
-            pids = _ip("netns", "pids", name).split()
-            if pids:
-                report.append(
-                    f"left pod network {name}: its harness is gone, processes {pids} are not"
+            inside = subprocess.run(
+                ["ip", "netns", "pids", name], capture_output=True, text=True, check=False
+            )
+            if inside.returncode != 0 or inside.stdout.split():
+                why = (
+                    inside.stderr.strip()
+                    or f"processes {' '.join(inside.stdout.split())} are in it"
                 )
+                report.append(f"left pod network {name}: its harness is gone, but {why}")
                 continue
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+            deleted = subprocess.run(
+                ["ip", "netns", "del", name], capture_output=True, text=True, check=False
+            )
+            if deleted.returncode != 0:
+                report.append(f"could not remove pod network {name}: {deleted.stderr.strip()}")
+                continue
             host_veth = "rsoh" + name.removeprefix("rso-")
             subprocess.run(["ip", "link", "del", host_veth], capture_output=True, check=False)
             (NETNS_LOCK_DIR / f"{name}.lock").unlink(missing_ok=True)
