@@ -75,6 +75,10 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "hack") not in sys.path:
+    sys.path.insert(0, str(ROOT / "hack"))
+
+import _generated  # noqa: E402
 
 import api.v1  # noqa: E402
 from controllers import rbac  # noqa: E402
@@ -317,25 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=pathlib.Path, default=ROOT, help="repository root")
     args = parser.parse_args(argv)
 
-    changed = []
-    for relative, content in generate().items():
-        target = args.root / relative
-        current = target.read_text() if target.exists() else None
-        if current == content:
-            continue
-        changed.append(relative)
-        if not args.check:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
-    if args.check:
-        for relative in changed:
-            print(f"out of date: {relative}")
-        if changed:
-            print("run `make manifests` (python hack/gen_manifests.py) and commit the result")
-        return 1 if changed else 0
-    for relative in changed:
-        print(f"wrote {relative}")
-    return 0
+    return _generated.sync(
+        generate(),
+        args.root,
+        check=args.check,
+        hint="run `make manifests` (python hack/gen_manifests.py) and commit the result",
+    )
 
 
 if __name__ == "__main__":

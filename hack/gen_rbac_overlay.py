@@ -41,6 +41,10 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "hack") not in sys.path:
+    sys.path.insert(0, str(ROOT / "hack"))
+
+import _generated  # noqa: E402
 
 from controllers import rbac  # noqa: E402
 
@@ -207,25 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     given = [n.strip() for item in args.namespace for n in item.split(",") if n.strip()]
     namespaces = given or namespaces_in(args.root) or list(EXAMPLE)
 
-    changed = []
-    for relative, content in generate(namespaces, args.root).items():
-        target = args.root / relative
-        current = target.read_text() if target.exists() else None
-        if current == content:
-            continue
-        changed.append(relative)
-        if not args.check:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
-    if args.check:
-        for relative in changed:
-            print(f"out of date: {relative}")
-        if changed:
-            print("run `python hack/gen_rbac_overlay.py` (keeps the overlay's namespaces)")
-        return 1 if changed else 0
-    for relative in changed:
-        print(f"wrote {relative}")
-    return 0
+    return _generated.sync(
+        generate(namespaces, args.root),
+        args.root,
+        check=args.check,
+        hint="run `python hack/gen_rbac_overlay.py` (keeps the overlay's namespaces)",
+    )
 
 
 if __name__ == "__main__":

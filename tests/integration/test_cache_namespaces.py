@@ -4,13 +4,10 @@ overlay (config/overlays/namespaced) as the only permissions of the manager's ac
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import pathlib
 import secrets
-import sys
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,6 +21,7 @@ from runtime.client import errors, resources
 from runtime.testing import controlplane
 from tests.integration import helpers
 from tests.integration.conftest import WIDGETS
+from tests.unit import helpers as unit_helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 PODS = resources.default_registry.for_kind("v1", "Pod")
@@ -31,19 +29,7 @@ SERVICES = resources.default_registry.for_kind("v1", "Service")
 ROLES = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "Role")
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gen_rbac_overlay", ROOT / "hack/gen_rbac_overlay.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_rbac_overlay", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = unit_helpers.load_script("hack/gen_rbac_overlay.py")
 
 
 @pytest.fixture

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
+import pathlib
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import ModuleType
 from typing import TypeVar
 
 from aiohttp import web
@@ -13,6 +17,7 @@ from kubernetes_asyncio import client as k8s
 from runtime.client import client as client_
 
 T = TypeVar("T")
+ROOT = pathlib.Path(__file__).parents[2]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -59,3 +64,17 @@ async def api_server(handler: Handler) -> AsyncIterator[client_.Client]:
     finally:
         await client.close()
         await runner.cleanup()
+
+
+def load_script(relative: str) -> ModuleType:
+    """Import a script of this repository that is not in a package (``hack/x.py``), once."""
+    name = pathlib.Path(relative).stem
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import shutil
-import sys
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from controllers import rbac
+from tests.unit import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 OVERLAY = ROOT / "config/overlays/namespaced"
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gen_rbac_overlay", ROOT / "hack/gen_rbac_overlay.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_rbac_overlay", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = helpers.load_script("hack/gen_rbac_overlay.py")
 
 
 def docs(text: str) -> list[dict[str, Any]]:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import pydantic
@@ -16,21 +13,12 @@ import yaml
 import api.v1 as v1
 from api.v1 import meta
 from controllers import rbac
+from tests.unit import helpers
 
 ROOT = pathlib.Path(__file__).parents[3]
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_manifests", ROOT / "hack/gen_manifests.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_manifests", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = helpers.load_script("hack/gen_manifests.py")
 
 
 def crd_of(kind: str) -> dict[str, Any]:
