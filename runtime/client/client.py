@@ -29,6 +29,10 @@ Contract:
   every function added with :meth:`Client.add_delete_observer` is called with
   the resource, namespace, name and the server's answer (the object, or a
   ``Status``). The cache uses both for write-through.
+- **Raw requests** (:meth:`Client.send`): one request through the same session and
+  credentials, with no retry and no error mapping, answering status and bytes; for
+  subresources whose answers are not Kubernetes objects (``services/<svc>:<port>/proxy``,
+  ``pods/<pod>:<port>/proxy``).
 - Counts ``rest_client_requests_total{code,method,host}`` like client-go.
 """
 
@@ -52,7 +56,7 @@ from runtime import metrics
 from runtime.client import errors, resources
 from runtime.workqueue import ratelimiter
 
-__all__ = ["Client", "ListResult", "Options", "PatchType", "WatchEvent"]
+__all__ = ["Client", "ListResult", "Options", "PatchType", "RawResponse", "WatchEvent"]
 
 PatchType = Literal["merge", "json", "strategic", "apply"]
 _PATCH_CONTENT_TYPES: dict[str, str] = {
@@ -115,6 +119,15 @@ class ListResult:
 
     items: list[Obj]
     resource_version: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RawResponse:
+    """An answer as the server sent it (see :meth:`Client.send`)."""
+
+    status: int
+    content_type: str
+    body: bytes
 
 
 WriteObserver = Callable[[Obj], None]
@@ -304,6 +317,36 @@ class Client:
         except _Retryable as wrapped:
             raise wrapped.error from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> RawResponse:
+        """One request with the client's session and credentials, **without** retries or
+        error mapping: any status comes back as a :class:`RawResponse`; connection errors
+        and timeouts propagate as aiohttp raises them. ``headers`` are added to (and may
+        override) the client's own; ``client_timeout`` defaults to ``Options.timeout`` in total."""
+        method = method.upper()
+        await self._throttle()
+        all_headers = await self._headers(None)
+        all_headers.update(headers or {})
+        async with self._get_session().request(
+            method,
+            self.host + path,
+            params=_query(query),
+            data=body,
+            headers=all_headers,
+            timeout=client_timeout or aiohttp.ClientTimeout(total=self.options.timeout),
+        ) as response:
+            raw = await response.read()
+            _requests.counter(str(response.status), method, self._host_label).inc()
+            return RawResponse(response.status, response.headers.get("Content-Type", ""), raw)
 
     async def _once(
         self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
