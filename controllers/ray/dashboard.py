@@ -1,0 +1,620 @@
+"""The Ray dashboard client: what the operator asks a Ray head, and how the request gets there.
+
+**The protocol** (:class:`DashboardClient`, one per Ray cluster; the aiohttp
+implementation comes from :meth:`Dashboards.client_for`, a fake from
+:mod:`controllers.ray.fake`):
+
+- ``await get_serve_applications()`` -> :class:`ServeDetails`:
+  ``GET /api/serve/applications/?api_type=declarative`` (the applications deployed
+  through the REST API, as KubeRay asks). Parsed into pydantic models holding what a
+  reconciler reads: per application ``status``, ``message``, ``route_prefix`` (``None``
+  while it deploys: measured on Ray 2.60) and ``deployments`` ``{name: {status,
+  message}}``. Unknown fields are kept (``model_extra``) and never an error; a status
+  string Ray adds later is kept as the string (compare with :class:`ApplicationStatus`
+  / :class:`DeploymentStatus`, which are ``str`` enums).
+- ``await put_serve_applications(config)``: ``PUT /api/serve/applications/`` with the
+  JSON body (a mapping, e.g. from :func:`controllers.ray.serveconfig.serve_config`).
+  Serve answers 200 at once and deploys asynchronously; applications left out of the
+  config are removed by Serve.
+- ``await serve_proxy_healthy(pod)`` -> ``bool``: ``GET <pod>:<serve port>/-/healthz``
+  on a pod's Serve proxy; ``True`` only on HTTP 200. **Never raises** a
+  :class:`DashboardError`: unreachable, timed out, any other status, or a pod without
+  an IP (direct modes) is ``False``, as KubeRay treats any failure. ``pod`` is a
+  :class:`ServePod` or a pod object (``status.podIP``, ``metadata.name`` and
+  ``namespace``, the first container's port named ``serve``, default 8000: see
+  :func:`serve_pod`).
+
+**Errors**, all :class:`DashboardError` (each carries ``method`` and ``url``):
+:class:`DashboardUnreachable` (refused, reset, DNS failure; in kubernetes-proxy mode
+also the API server's own 503, "error trying to reach service" / "no endpoints
+available"), :class:`DashboardTimeout` (the connect or total timeout passed),
+:class:`DashboardHTTPError` (a non-2xx answer: ``status`` and the body's ``text``,
+such as Serve's plain-text 400 for a config without ``import_path``; in
+kubernetes-proxy mode the API server's refusals too, e.g. 403 with its message) and
+:class:`DashboardMalformed` (a 2xx body that is not JSON or not the expected shape).
+
+**Timeouts** (:class:`Timeouts`): connect 2 s and total 2 s by default (KubeRay's
+client has a 2 s total timeout); every request has both. Nothing is retried here: the
+reconciler's next pass is the retry (KubeRay requeues a RayService every 2 s).
+
+**Address modes** (:func:`address` builds an :class:`Address`; ``Mode``):
+
+- ``service`` (the default): the dashboard at
+  ``http://<head svc>.<ns>.svc.<cluster domain>:8265``; a pod's Serve proxy at
+  ``http://<pod IP>:<serve port>/-/healthz``;
+- ``pod-ip``: the dashboard at ``http://<head pod IP>:8265``; Serve proxies as above;
+- ``kubernetes-proxy``: the dashboard at
+  ``<API server>/api/v1/namespaces/<ns>/services/<head svc>:dashboard/proxy/...``; a
+  pod's Serve proxy at ``<API server>/api/v1/namespaces/<ns>/pods/<pod>:<serve
+  port>/proxy/-/healthz``.
+
+``service`` is KubeRay's default (its health check goes to the pod IP even then);
+``kubernetes-proxy`` is KubeRay's ``--use-kubernetes-proxy``: the requests go
+through the API server's proxy subresources (the head service's port **named**
+``dashboard``) with the manager's own API client, i.e. the same session, TLS and
+credentials (:meth:`runtime.client.client.Client.send`), so a manager outside the
+cluster needs nothing but the API server. IPv6 addresses are bracketed.
+
+**Auth**: with ``auth_token``, dashboard requests carry ``x-ray-authorization:
+Bearer <token>`` (Ray's header for token authentication behind proxies, which
+consume ``Authorization``). KubeRay v1.5.0 has no token support; KubeRay 1.6 sends
+this header with the token from the Secret named after the cluster (or
+``authOptions.secretName``), key ``auth_token``. The Serve proxy health check
+carries no token.
+
+**Sessions**: :class:`Dashboards` owns **one** aiohttp session for the direct modes,
+created on first use and shared by every client it hands out (a client is a small
+object: ask for one per cluster and reconcile); :meth:`Dashboards.close` closes it
+once. The kubernetes-proxy mode uses the API client's session, which
+:class:`Dashboards` does not close. :class:`DashboardFactory` is the protocol that
+both :class:`Dashboards` and :class:`controllers.ray.fake.FakeDashboards` satisfy.
+
+>>> address("service", cluster="demo", namespace="ray").applications_url
+'http://demo-head-svc.ray.svc.cluster.local:8265/api/serve/applications/'
+>>> address("pod-ip", cluster="demo", namespace="ray", head_pod_ip="fd00::5").applications_url
+'http://[fd00::5]:8265/api/serve/applications/'
+>>> a = address("kubernetes-proxy", cluster="demo", namespace="ray")
+>>> a.applications_url
+'/api/v1/namespaces/ray/services/demo-head-svc:dashboard/proxy/api/serve/applications/'
+>>> a.healthz_url(ServePod(namespace="ray", name="demo-head-x7k2p", ip=None))
+'/api/v1/namespaces/ray/pods/demo-head-x7k2p:8000/proxy/-/healthz'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, Protocol, TypeAlias
+
+import aiohttp
+import pydantic
+
+from runtime.client import client as client_
+
+__all__ = [
+    "ADDRESS_MODES",
+    "APPLICATIONS_PATH",
+    "AUTH_HEADER",
+    "Address",
+    "ApplicationDetails",
+    "ApplicationStatus",
+    "DashboardClient",
+    "DashboardError",
+    "DashboardFactory",
+    "DashboardHTTPError",
+    "DashboardMalformed",
+    "DashboardTimeout",
+    "DashboardUnreachable",
+    "Dashboards",
+    "DeploymentDetails",
+    "DeploymentStatus",
+    "Mode",
+    "PodRef",
+    "ServeDetails",
+    "ServePod",
+    "Timeouts",
+    "address",
+    "parse_serve_details",
+    "serve_pod",
+]
+
+Mode = Literal["service", "pod-ip", "kubernetes-proxy"]
+ADDRESS_MODES: tuple[Mode, ...] = ("service", "pod-ip", "kubernetes-proxy")
+"""The address modes, the default first."""
+
+DEFAULT_DASHBOARD_PORT = 8265
+DEFAULT_SERVE_PORT = 8000
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+APPLICATIONS_PATH = "/api/serve/applications/"
+HEALTHZ_PATH = "/-/healthz"
+AUTH_HEADER = "x-ray-authorization"
+_DASHBOARD_PORT_NAME = "dashboard"
+_SERVE_PORT_NAME = "serve"
+_ERROR_TEXT_IN_MESSAGE = 1000
+"""Characters of a response body quoted in an error's message (``text`` keeps all)."""
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class ApplicationStatus(enum.StrEnum):
+    """Serve application statuses known in Ray 2.60 (a status is kept even if not here)."""
+
+    NOT_STARTED = "NOT_STARTED"
+    DEPLOYING = "DEPLOYING"
+    RUNNING = "RUNNING"
+    DEPLOY_FAILED = "DEPLOY_FAILED"
+    DELETING = "DELETING"
+    UNHEALTHY = "UNHEALTHY"
+
+
+class DeploymentStatus(enum.StrEnum):
+    """Serve deployment statuses known in Ray 2.60."""
+
+    UPDATING = "UPDATING"
+    HEALTHY = "HEALTHY"
+    UNHEALTHY = "UNHEALTHY"
+    DEPLOY_FAILED = "DEPLOY_FAILED"
+    UPSCALING = "UPSCALING"
+    DOWNSCALING = "DOWNSCALING"
+
+
+def _empty_if_none(value: object) -> object:
+    return "" if value is None else value
+
+
+_Text = Annotated[str, pydantic.BeforeValidator(_empty_if_none)]
+"""A string where Ray may send ``null`` (read as ``""``)."""
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow", frozen=True, strict=True)
+
+
+class DeploymentDetails(_Model):
+    """One deployment of an application (other fields Ray sends: ``model_extra``)."""
+
+    name: _Text = ""
+    status: str
+    message: _Text = ""
+
+
+class ApplicationDetails(_Model):
+    """One Serve application (other fields Ray sends: ``model_extra``)."""
+
+    name: _Text = ""
+    status: str
+    message: _Text = ""
+    route_prefix: str | None = None
+    deployments: dict[str, DeploymentDetails] = pydantic.Field(default_factory=dict)
+
+
+class ServeDetails(_Model):
+    """The answer to ``GET /api/serve/applications/``: the applications by name."""
+
+    applications: dict[str, ApplicationDetails] = pydantic.Field(default_factory=dict)
+
+
+def parse_serve_details(body: bytes | str) -> ServeDetails:
+    """Parse a ``GET /api/serve/applications/`` body; :class:`DashboardMalformed` if it
+    is not JSON or not that shape.
+
+    >>> d = parse_serve_details(b'{"applications": {"a": {"status": "RUNNING", "x": 1}}}')
+    >>> d.applications["a"].status == ApplicationStatus.RUNNING, d.applications["a"].message
+    (True, '')
+    """
+    try:
+        decoded = json.loads(body)
+    except ValueError as exc:
+        raise DashboardMalformed(f"the body is not JSON ({exc})", text=_as_text(body)) from None
+    try:
+        return ServeDetails.model_validate(decoded)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise DashboardMalformed(
+            f"the body is not Serve's details ({problems})", text=_as_text(body)
+        ) from None
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+class DashboardError(Exception):
+    """A request to a Ray head failed; ``method`` and ``url`` say which (when known)."""
+
+    def __init__(self, message: str, *, method: str = "", url: str = "") -> None:
+        self.method = method
+        self.url = url
+        self.detail = message
+        where = f"{method} {url}: " if method and url else ""
+        super().__init__(f"{where}{message}")
+
+
+class DashboardUnreachable(DashboardError):
+    """No answer from the head: connection refused or reset, DNS failure, no route;
+    through the API server's proxy, its 503 for a backend it cannot reach."""
+
+
+class DashboardTimeout(DashboardError):
+    """The connect or total timeout passed before the answer was complete."""
+
+
+class DashboardHTTPError(DashboardError):
+    """A non-2xx answer: ``status`` and the body as ``text`` (Serve's errors are plain text)."""
+
+    def __init__(self, status: int, text: str, *, method: str = "", url: str = "") -> None:
+        self.status = status
+        self.text = text
+        quoted = text.strip()[:_ERROR_TEXT_IN_MESSAGE]
+        super().__init__(
+            f"HTTP {status}" + (f": {quoted}" if quoted else ""), method=method, url=url
+        )
+
+
+class DashboardMalformed(DashboardError):
+    """A 2xx answer whose body is not JSON or not the expected shape; ``text`` is the body."""
+
+    def __init__(self, message: str, *, text: str = "", method: str = "", url: str = "") -> None:
+        self.text = text
+        super().__init__(message, method=method, url=url)
+
+
+# -- addresses ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServePod:
+    """Where a pod's Serve proxy listens: its IP (direct modes) or name (kubernetes-proxy)."""
+
+    namespace: str
+    name: str
+    ip: str | None
+    port: int = DEFAULT_SERVE_PORT
+
+
+PodRef: TypeAlias = ServePod | Mapping[str, Any]
+"""A :class:`ServePod`, or a pod object as the API returns it."""
+
+
+def serve_pod(pod: PodRef) -> ServePod:
+    """The :class:`ServePod` of a pod object: ``status.podIP`` (``None`` when it has
+    none yet), and the first container's port named ``serve`` (default 8000), as KubeRay.
+
+    >>> serve_pod({"metadata": {"name": "h", "namespace": "ns"}, "status": {"podIP": "10.1.0.4"},
+    ...            "spec": {"containers": [{"ports": [{"name": "serve", "containerPort": 9000}]}]}})
+    ServePod(namespace='ns', name='h', ip='10.1.0.4', port=9000)
+    """
+    if isinstance(pod, ServePod):
+        return pod
+    metadata = pod.get("metadata") or {}
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    port = DEFAULT_SERVE_PORT
+    for entry in containers[0].get("ports") or ():
+        if entry.get("name") == _SERVE_PORT_NAME and entry.get("containerPort"):
+            port = int(entry["containerPort"])
+            break
+    return ServePod(
+        namespace=str(metadata.get("namespace") or "default"),
+        name=str(metadata.get("name") or ""),
+        ip=(pod.get("status") or {}).get("podIP") or None,
+        port=port,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Address:
+    """Where one cluster's dashboard answers, in one mode; build it with :func:`address`.
+
+    ``dashboard`` is an absolute URL (``service``, ``pod-ip``) or, in
+    ``kubernetes-proxy`` mode, a path on the API server."""
+
+    mode: Mode
+    namespace: str
+    cluster: str
+    dashboard: str
+
+    @property
+    def via_api_server(self) -> bool:
+        """Whether requests go through the API server's proxy subresources."""
+        return self.mode == "kubernetes-proxy"
+
+    @property
+    def applications_url(self) -> str:
+        """The Serve applications endpoint (a path on the API server in proxy mode)."""
+        return self.dashboard + APPLICATIONS_PATH
+
+    def healthz_url(self, pod: ServePod) -> str:
+        """The Serve proxy health endpoint of ``pod``; ``ValueError`` when a direct mode
+        needs an IP the pod does not have yet."""
+        if self.via_api_server:
+            return (
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}:{pod.port}/proxy{HEALTHZ_PATH}"
+            )
+        if not pod.ip:
+            raise ValueError(f"pod {pod.namespace}/{pod.name} has no IP yet")
+        return f"http://{_host(pod.ip)}:{pod.port}{HEALTHZ_PATH}"
+
+
+def address(
+    mode: Mode = "service",
+    *,
+    cluster: str,
+    namespace: str,
+    head_service: str | None = None,
+    head_pod_ip: str | None = None,
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+    dashboard_port: int = DEFAULT_DASHBOARD_PORT,
+) -> Address:
+    """The dashboard :class:`Address` of a cluster in ``mode`` (see the module docstring).
+
+    ``head_service`` defaults to ``<cluster>-head-svc`` (pass the name from the
+    cluster's ``status.head.serviceName`` or its head service template when it has
+    one); ``head_pod_ip`` is required in ``pod-ip`` mode (``ValueError`` without);
+    ``dashboard_port`` is the head service's port named ``dashboard`` (``service``)
+    or the pod's (``pod-ip``); in ``kubernetes-proxy`` mode the port goes by its name.
+    """
+    service = head_service or f"{cluster}-head-svc"
+    if mode == "service":
+        base = f"http://{service}.{namespace}.svc.{cluster_domain}:{dashboard_port}"
+    elif mode == "pod-ip":
+        if not head_pod_ip:
+            raise ValueError(f"pod-ip mode needs the head pod's IP (cluster {namespace}/{cluster})")
+        base = f"http://{_host(head_pod_ip)}:{dashboard_port}"
+    elif mode == "kubernetes-proxy":
+        base = f"/api/v1/namespaces/{namespace}/services/{service}:{_DASHBOARD_PORT_NAME}/proxy"
+    else:
+        raise ValueError(
+            f"unknown dashboard address mode {mode!r}; one of {', '.join(ADDRESS_MODES)}"
+        )
+    return Address(mode=mode, namespace=namespace, cluster=cluster, dashboard=base)
+
+
+def _host(ip: str) -> str:
+    return f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip
+
+
+# -- the protocols --------------------------------------------------------------------------
+
+
+class DashboardClient(Protocol):
+    """One Ray cluster's dashboard and Serve proxies; see the module docstring."""
+
+    async def get_serve_applications(self) -> ServeDetails:
+        """The declaratively deployed Serve applications."""
+        ...
+
+    async def put_serve_applications(self, config: Mapping[str, Any]) -> None:
+        """Deploy ``config`` (the whole multi-application config)."""
+        ...
+
+    async def serve_proxy_healthy(self, pod: PodRef) -> bool:
+        """Whether ``pod``'s Serve proxy answers 200 on ``/-/healthz``; never raises."""
+        ...
+
+
+class DashboardFactory(Protocol):
+    """Hands out a :class:`DashboardClient` per cluster address."""
+
+    def client_for(self, address: Address, *, auth_token: str | None = None) -> DashboardClient:
+        """A client for ``address``; cheap (no I/O)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the factory holds (idempotent)."""
+        ...
+
+
+# -- the aiohttp implementation -------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timeouts:
+    """Bounds on every dashboard request. Every field states its default."""
+
+    connect: float = 2.0
+    """Seconds to get a connection (pool wait and TCP connect). Default 2 s."""
+
+    total: float = 2.0
+    """Seconds for the whole request, connect to last byte. Default 2 s."""
+
+    def client_timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=self.total, connect=self.connect, sock_connect=self.connect
+        )
+
+
+def _default_session() -> aiohttp.ClientSession:
+    # trust_env=False: never route through an HTTP(S)_PROXY from the environment.
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=100),
+        headers={"User-Agent": "rayservice-operator/dashboard"},
+        trust_env=False,
+    )
+
+
+class Dashboards:
+    """The :class:`DashboardFactory` over aiohttp; one per manager (see the module docstring).
+
+    ``api``: the manager's API client, needed for ``kubernetes-proxy`` addresses.
+    ``session_factory``: makes the one shared session (tests count its calls).
+    """
+
+    def __init__(
+        self,
+        *,
+        api: client_.Client | None = None,
+        timeouts: Timeouts | None = None,
+        session_factory: Callable[[], aiohttp.ClientSession] = _default_session,
+    ) -> None:
+        self.api = api
+        self.timeouts = timeouts or Timeouts()
+        self._session_factory = session_factory
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    def client_for(self, address: Address, *, auth_token: str | None = None) -> DashboardClient:
+        if self._closed:
+            raise RuntimeError("Dashboards is closed")
+        if address.via_api_server and self.api is None:
+            raise ValueError("kubernetes-proxy addresses need Dashboards(api=<the API client>)")
+        return _Client(self, address, auth_token)
+
+    async def close(self) -> None:
+        """Close the shared session (once; later calls do nothing)."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> Dashboards:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def session(self) -> aiohttp.ClientSession:
+        """The shared session for direct requests, made on first use."""
+        if self._closed:
+            raise RuntimeError("Dashboards is closed")
+        if self._session is None:
+            self._session = self._session_factory()
+        return self._session
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Answer:
+    status: int
+    body: bytes
+    content_type: str
+
+
+class _Client:
+    """A :class:`DashboardClient` for one address, borrowing its owner's session."""
+
+    def __init__(self, owner: Dashboards, address: Address, auth_token: str | None) -> None:
+        self._owner = owner
+        self.address = address
+        self._auth = {AUTH_HEADER: f"Bearer {auth_token}"} if auth_token else {}
+
+    def __repr__(self) -> str:
+        return f"<dashboard client {self.address.mode} {self.address.dashboard}>"
+
+    async def get_serve_applications(self) -> ServeDetails:
+        url = self.address.applications_url
+        answer = await self._request("GET", url, query={"api_type": "declarative"})
+        try:
+            return parse_serve_details(answer.body)
+        except DashboardMalformed as exc:
+            raise DashboardMalformed(
+                exc.detail, text=exc.text, method="GET", url=self._shown(url)
+            ) from None
+
+    async def put_serve_applications(self, config: Mapping[str, Any]) -> None:
+        body = json.dumps(config).encode()
+        await self._request(
+            "PUT", self.address.applications_url, body=body,
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+
+    async def serve_proxy_healthy(self, pod: PodRef) -> bool:
+        target = serve_pod(pod)
+        if not self.address.via_api_server and not target.ip:
+            return False
+        try:
+            answer = await self._request(
+                "GET", self.address.healthz_url(target), auth=False, check=False
+            )
+        except DashboardError:
+            return False
+        return answer.status == 200
+
+    # -- transport ------------------------------------------------------------------------
+
+    def _shown(self, url: str) -> str:
+        """The URL as shown in errors (the API server's host added in proxy mode)."""
+        api = self._owner.api
+        return api.host + url if self.address.via_api_server and api is not None else url
+
+    async def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: bool = True,
+        check: bool = True,
+    ) -> _Answer:
+        all_headers = {**(self._auth if auth else {}), **(headers or {})}
+        timeout = self._owner.timeouts.client_timeout()
+        try:
+            if self.address.via_api_server:
+                api = self._owner.api
+                assert api is not None  # client_for checked
+                raw = await api.send(
+                    method, url, query=query, body=body, headers=all_headers,
+                    client_timeout=timeout,
+                )  # fmt: skip
+                answer = _Answer(raw.status, raw.body, raw.content_type)
+            else:
+                async with self._owner.session().request(
+                    method, url, params=query, data=body, headers=all_headers, timeout=timeout
+                ) as response:
+                    answer = _Answer(
+                        response.status,
+                        await response.read(),
+                        response.headers.get("Content-Type", ""),
+                    )
+        except TimeoutError as exc:  # also aiohttp's connect/read timeouts
+            raise DashboardTimeout(
+                _describe(exc, "timed out"), method=method, url=self._shown(url)
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise DashboardUnreachable(
+                _describe(exc, "unreachable"), method=method, url=self._shown(url)
+            ) from exc
+        except OSError as exc:  # pragma: no cover (aiohttp wraps socket errors)
+            raise DashboardUnreachable(str(exc), method=method, url=self._shown(url)) from exc
+        if check and not 200 <= answer.status < 300:
+            raise self._http_error(method, url, answer)
+        return answer
+
+    def _http_error(self, method: str, url: str, answer: _Answer) -> DashboardError:
+        text = _as_text(answer.body)
+        shown = self._shown(url)
+        if self.address.via_api_server:
+            status = _kubernetes_status(answer)
+            if status is not None:
+                message = str(status.get("message") or text)
+                if answer.status == 503:
+                    # The API server could not reach the pod (or the service has no endpoints).
+                    return DashboardUnreachable(f"API server: {message}", method=method, url=shown)
+                return DashboardHTTPError(answer.status, message, method=method, url=shown)
+        return DashboardHTTPError(answer.status, text, method=method, url=shown)
+
+
+def _kubernetes_status(answer: _Answer) -> Mapping[str, Any] | None:
+    """The API server's own ``Status`` object, when that is what the answer carries."""
+    if "json" not in answer.content_type:
+        return None
+    try:
+        decoded = json.loads(answer.body)
+    except ValueError:
+        return None
+    if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+        return decoded
+    return None
+
+
+def _describe(exc: BaseException, fallback: str) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else f"{fallback} ({type(exc).__name__})"
+
+
+def _as_text(body: bytes | str) -> str:
+    return body if isinstance(body, str) else body.decode("utf-8", errors="replace")
