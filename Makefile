@@ -85,6 +85,7 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 	$(PY) hack/bench/workqueue.py
 	$(PY) hack/bench/cache.py
 	$(PY) hack/bench/raycluster.py --clusters $${BENCH_CLUSTERS:-200}
+	$(PY) hack/bench/raysim.py
 
 MANAGER_FLAGS ?= --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
 
