@@ -98,10 +98,18 @@ run: $(STAMP) ## Run the operator: against $KUBECONFIG if set, else a local cont
 	if ! { [ -f $(CLUSTER_DIR)/pid ] && kill -0 $$(cat $(CLUSTER_DIR)/pid) 2>/dev/null; }; then \
 		$(MAKE) --no-print-directory cluster-up || exit 1; started=yes; \
 	fi; \
-	if [ $$started = yes ]; then trap '$(MAKE) --no-print-directory cluster-down' EXIT; fi; \
+	sim=; \
+	trap 'if [ -n "$$sim" ]; then kill $$sim 2>/dev/null; wait $$sim 2>/dev/null; fi; \
+		if [ $$started = yes ]; then $(MAKE) --no-print-directory cluster-down; fi' EXIT; \
 	if [ -d config/crd/bases ]; then \
 		"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/kubectl" --kubeconfig $(CLUSTER_DIR)/kubeconfig \
 			apply -f config/crd/bases >/dev/null && echo "CRDs installed"; \
+	fi; \
+	ns=$$(sed -n 's/^netns=//p' $(CLUSTER_DIR)/state 2>/dev/null | head -n 1); \
+	if [ -n "$$ns" ]; then \
+		$(PY) -m hack.raysim --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig --netns "$$ns" \
+			> $(CLUSTER_DIR)/raysim.log 2>&1 & sim=$$!; \
+		echo "Ray simulator answering for head pods at their IPs (log: $(CLUSTER_DIR)/raysim.log)"; \
 	fi; \
 	echo "running rayservice-manager against the local control plane (Ctrl-C to stop)"; \
 	$(VENV)/bin/rayservice-manager --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig $(MANAGER_FLAGS)
