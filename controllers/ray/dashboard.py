@@ -91,6 +91,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeAlias
 import aiohttp
 import pydantic
 
+from api.v1 import rayservice
 from runtime.client import client as client_
 
 __all__ = [
@@ -139,15 +140,9 @@ _ERROR_TEXT_IN_MESSAGE = 1000
 # -- models ---------------------------------------------------------------------------------
 
 
-class ApplicationStatus(enum.StrEnum):
-    """Serve application statuses known in Ray 2.60 (a status is kept even if not here)."""
-
-    NOT_STARTED = "NOT_STARTED"
-    DEPLOYING = "DEPLOYING"
-    RUNNING = "RUNNING"
-    DEPLOY_FAILED = "DEPLOY_FAILED"
-    DELETING = "DELETING"
-    UNHEALTHY = "UNHEALTHY"
+ApplicationStatus = rayservice.ApplicationStatus
+"""Serve application statuses known in Ray 2.60: the API's own enum (a status is kept even
+if not there)."""
 
 
 class DeploymentStatus(enum.StrEnum):
@@ -284,9 +279,9 @@ def serve_pod(pod: PodRef) -> ServePod:
     """The :class:`ServePod` of a pod object: ``status.podIP`` (``None`` when it has
     none yet), and the first container's port named ``serve`` (default 8000), as KubeRay.
 
-    >>> serve_pod({"metadata": {"name": "h", "namespace": "ns"}, "status": {"podIP": "10.1.0.4"},
+    >>> serve_pod({"metadata": {"name": "h", "namespace": "ns"}, "status": {"podIP": "198.18.0.4"},
     ...            "spec": {"containers": [{"ports": [{"name": "serve", "containerPort": 9000}]}]}})
-    ServePod(namespace='ns', name='h', ip='10.1.0.4', port=9000)
+    ServePod(namespace='ns', name='h', ip='198.18.0.4', port=9000)
     """
     if isinstance(pod, ServePod):
         return pod
