@@ -194,25 +194,16 @@ class _Sum:
         return format_quantity(total, binary=binary)
 
 
-def _pod_resources(template: Mapping[str, Any]) -> dict[str, Any]:
-    """A pod template's container resources: requests, with limits where no request is set."""
-    total = _Sum()
-    for container in (template.get("spec") or {}).get("containers") or ():
-        resources = container.get("resources") or {}
-        merged = dict(resources.get("limits") or {})
-        merged.update(resources.get("requests") or {})
-        total.add(merged)
-    return {name: (total.values[name], total.binary[name]) for name in total.values}
-
-
 def _desired_resources(cluster: raycluster_.RayCluster) -> dict[str, str]:
     total = _Sum()
 
     def add(template: Mapping[str, Any], times: int) -> None:
-        for name, (value, binary) in _pod_resources(template).items():
-            if name not in total.values:
-                total.values[name], total.binary[name] = fractions.Fraction(0), binary
-            total.values[name] += value * times
+        """Each container's requests, with limits where no request is set, ``times`` over."""
+        for container in (template.get("spec") or {}).get("containers") or ():
+            resources = container.get("resources") or {}
+            total.add(
+                {**(resources.get("limits") or {}), **(resources.get("requests") or {})}, times
+            )
 
     add(cluster.spec.head_group_spec.template, 1)
     for group in cluster.spec.worker_group_specs or ():
