@@ -32,12 +32,12 @@ import json
 import logging
 import pathlib
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
 from typing import Any
 
+import _common  # hack/bench/_common.py (this script's directory)
 import structlog
 
 from runtime import controller, reconcile, source
@@ -54,13 +54,6 @@ NS = "bench"
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def bin_dir() -> pathlib.Path:
-    done = subprocess.run(
-        [str(ROOT / "hack/controlplane/build.sh")], capture_output=True, text=True, check=True
-    )
-    return pathlib.Path(done.stdout.strip().splitlines()[-1])
 
 
 def gets_and_lists(cp: controlplane.ControlPlane) -> float:
@@ -97,7 +90,7 @@ async def populate(client: client_.Client, count: int) -> None:
 
 async def main(count: int) -> dict[str, Any]:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    options = controlplane.Options(bin_dir=bin_dir(), start_timeout=120)
+    options = controlplane.Options(bin_dir=_common.bin_dir(), start_timeout=120)
     with controlplane.running(options) as cp:
         client = await client_.Client.from_kubeconfig(cp.kubeconfig)
         async with client:

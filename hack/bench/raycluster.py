@@ -70,7 +70,6 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -81,6 +80,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import _common  # hack/bench/_common.py (this script's directory)
 import structlog
 
 import api.v1 as v1
@@ -121,26 +121,6 @@ class BenchError(RuntimeError):
 
 def log(message: str) -> None:
     print(f"[bench raycluster] {message}", file=sys.stderr, flush=True)
-
-
-def bin_dir(given: pathlib.Path | None) -> pathlib.Path:
-    if given is not None:
-        return given
-    if env := controlplane.default_bin_dir():
-        return env
-    done = subprocess.run(
-        [str(ROOT / "hack/controlplane/build.sh")], capture_output=True, text=True, check=True
-    )
-    return pathlib.Path(done.stdout.strip().splitlines()[-1])
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (all held open while choosing)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 # -- counting ------------------------------------------------------------------------------
@@ -251,7 +231,7 @@ class Manager:
     """``rayservice-manager`` as a child process, with its metrics and resource use."""
 
     def __init__(self, kubeconfig: pathlib.Path, workdir: pathlib.Path, args: list[str]) -> None:
-        self.metrics_port, self.probe_port = free_ports(2)
+        self.metrics_port, self.probe_port = controlplane.free_ports(2)
         self.log_path = workdir / "manager.log"
         script = pathlib.Path(sys.executable).with_name("rayservice-manager")
         command = [str(script)] if script.exists() else [sys.executable, "-m", "controllers.main"]
@@ -433,7 +413,7 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         steady_seconds=args.steady_seconds, load_avg_1m=round(os.getloadavg()[0], 2),
     )  # fmt: skip
     options = controlplane.Options(
-        bin_dir=bin_dir(args.bin_dir), controller_manager=True, scheduler=True, kwok=True,
+        bin_dir=_common.bin_dir(args.bin_dir), controller_manager=True, scheduler=True, kwok=True,
         nodes=nodes, start_timeout=120,
     )  # fmt: skip
     manager_args = ["--log-level", args.manager_log_level, "--log-format", "json"]

@@ -35,7 +35,6 @@ import json
 import math
 import os
 import pathlib
-import subprocess
 import sys
 import time
 import traceback
@@ -45,6 +44,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import _common  # noqa: E402  # hack/bench/_common.py (this script's directory)
 import aiohttp  # noqa: E402
 
 from hack import raysim  # noqa: E402
@@ -64,17 +64,6 @@ class BenchError(RuntimeError):
 
 def log(message: str) -> None:
     print(f"[raysim-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def bin_dir(given: pathlib.Path | None) -> pathlib.Path:
-    if given is not None:
-        return given
-    if env := controlplane.default_bin_dir():
-        return env
-    done = subprocess.run(
-        [str(ROOT / "hack/controlplane/build.sh")], capture_output=True, text=True, check=True
-    )
-    return pathlib.Path(done.stdout.strip().splitlines()[-1])
 
 
 def proc_kib(pid: int, field: str) -> int:
@@ -121,7 +110,7 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result.update(nodes=nodes, requests=args.requests, concurrency=args.concurrency,
                   load_avg_1m=round(os.getloadavg()[0], 2))  # fmt: skip
     options = controlplane.Options(
-        bin_dir=bin_dir(args.bin_dir), scheduler=True, kwok=True, nodes=nodes,
+        bin_dir=_common.bin_dir(args.bin_dir), scheduler=True, kwok=True, nodes=nodes,
         pod_network=True, start_timeout=120,
     )  # fmt: skip
     t0 = time.monotonic()

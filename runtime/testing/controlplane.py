@@ -71,6 +71,7 @@ __all__ = [
     "PodNetwork",
     "PodNetworkError",
     "default_bin_dir",
+    "free_ports",
 ]
 
 BIN_DIR_ENV = "CONTROLPLANE_BIN_DIR"
@@ -235,7 +236,7 @@ class _Process:
             os.killpg(pgid, signal.SIGKILL)
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """``count`` distinct free loopback ports (all held open while choosing, so none repeats).
 
     Another process may still take one before our component binds it; :meth:`ControlPlane._launch`
@@ -501,7 +502,7 @@ class ControlPlane:
                 f"--config={_STAGES}",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--server-address=127.0.0.1:{_free_ports(1)[0]}",
+                f"--server-address=127.0.0.1:{free_ports(1)[0]}",
                 f"--node-ip={HOST_VETH_ADDRESS}",
                 f"--cidr={next(pod_cidr.subnets(new_prefix=24))}",
             ],
@@ -560,7 +561,7 @@ class ControlPlane:
         """Start a component on fresh ports and wait until ``ready``; if it lost a race for a
         port ("address already in use"), try again with new ones."""
         for attempt in range(1, attempts + 1):
-            chosen = _free_ports(ports)
+            chosen = free_ports(ports)
             proc = self._spawn(name, flags(chosen))
             try:
                 ready(proc, chosen)

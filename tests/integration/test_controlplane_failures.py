@@ -61,7 +61,7 @@ def test_a_port_taken_by_someone_else_is_retried_with_new_ports(
     squatter.bind(("127.0.0.1", 0))
     squatter.listen()
     taken = squatter.getsockname()[1]
-    real = controlplane._free_ports
+    real = controlplane.free_ports
     handed_out: list[list[int]] = []
 
     def first_one_taken(count: int) -> list[int]:
@@ -71,7 +71,7 @@ def test_a_port_taken_by_someone_else_is_retried_with_new_ports(
         handed_out.append(ports)
         return ports
 
-    monkeypatch.setattr(controlplane, "_free_ports", first_one_taken)
+    monkeypatch.setattr(controlplane, "free_ports", first_one_taken)
     try:
         with controlplane.running(controlplane.Options(bin_dir=bin_dir)) as cp:
             assert cp.etcd_port != taken
