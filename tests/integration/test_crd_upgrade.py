@@ -310,7 +310,7 @@ def test_our_crds_replace_kuberays_in_place(
         {"status": {"state": "ready", "desiredWorkerReplicas": 1, "availableWorkerReplicas": 1,
                     "desiredCPU": "2", "desiredMemory": "3G", "desiredGPU": "0",
                     "desiredTPU": "0", "head": {"podIP": "198.18.1.7",
-                                                "serviceIP": "10.96.0.12"}}},
+                                                "serviceIP": "198.19.0.12"}}},
         content_type="application/merge-patch+json",
     )  # fmt: skip
     table = cluster.ok("get", "rayclusters", "cluster-new", "-n", NAMESPACE, "-o", "wide")
@@ -320,7 +320,7 @@ def test_our_crds_replace_kuberays_in_place(
         "HEAD POD IP HEAD SERVICE IP"
     )
     assert row[:7] == ["cluster-new", "1", "1", "2", "3G", "0", "0"]
-    assert (row[7], row[9:]) == ("ready", ["198.18.1.7", "10.96.0.12"])
+    assert (row[7], row[9:]) == ("ready", ["198.18.1.7", "198.19.0.12"])
     cluster.cp.request(
         "PATCH",
         f"{v1.RAYSERVICES.path(NAMESPACE, 'service-new')}/status",

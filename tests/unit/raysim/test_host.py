@@ -29,7 +29,7 @@ def test_only_running_pods_with_an_ip_in_the_cidr_and_not_terminating_are_live()
         "ns/pending": pod("u2", "198.18.1.2", phase="Pending"),
         "ns/no-ip": pod("u3", None),
         "ns/going": pod("u4", "198.18.1.4", deleting=True),
-        "ns/outside": pod("u5", "10.0.0.5"),
+        "ns/outside": pod("u5", "203.0.113.5"),
         "ns/garbage": pod("u6", "not-an-ip"),
     }
     assert host.live_heads(pods, CIDR) == {"198.18.1.1": "u1"}
