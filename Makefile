@@ -112,7 +112,8 @@ run: $(STAMP) ## Run the operator: against $KUBECONFIG if set, else a local cont
 		echo "Ray simulator answering for head pods at their IPs (log: $(CLUSTER_DIR)/raysim.log)"; \
 	fi; \
 	echo "running rayservice-manager against the local control plane (Ctrl-C to stop)"; \
-	$(VENV)/bin/rayservice-manager --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig $(MANAGER_FLAGS)
+	$(VENV)/bin/rayservice-manager --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig \
+		--dashboard-address-mode pod-ip $(MANAGER_FLAGS)
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches

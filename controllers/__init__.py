@@ -1,20 +1,59 @@
 """The RayCluster and RayService reconcilers, built on :mod:`runtime` and :mod:`api`.
 
-:func:`setup` registers every reconciler that exists with a manager; the
-``rayservice-manager`` binary (:mod:`controllers.main`) calls it. Today that is
-the RayCluster controller (:mod:`controllers.raycluster`); the RayService
-controller arrives with its own issue.
+:func:`setup` registers both with a manager; the ``rayservice-manager`` binary
+(:mod:`controllers.main`) calls it. The RayCluster controller
+(:mod:`controllers.raycluster`) runs the clusters; the RayService controller
+(:mod:`controllers.rayservice`) runs Ray Serve on them through the Ray dashboard.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from controllers import raycluster
+from controllers import raycluster, rayservice
+from controllers.ray import dashboard
+from controllers.rayservice import reconciler as rayservice_reconciler
 
-__all__ = ["setup"]
+__all__ = ["DashboardCloser", "setup"]
 
 
-def setup(manager: Any, *, max_concurrent_reconciles: int = 1) -> list[Any]:
-    """Register the reconcilers with ``manager``; returns the controllers built."""
-    return [raycluster.setup(manager, max_concurrent_reconciles=max_concurrent_reconciles)]
+class DashboardCloser:
+    """A runnable that closes a dashboard factory's session when the manager stops
+    (it runs on every replica, leader or not)."""
+
+    needs_leader_election = False
+
+    def __init__(self, dashboards: dashboard.DashboardFactory) -> None:
+        self.dashboards = dashboards
+
+    async def start(self, stop: asyncio.Event) -> None:
+        try:
+            await stop.wait()
+        finally:
+            await self.dashboards.close()
+
+
+def setup(
+    manager: Any,
+    *,
+    max_concurrent_reconciles: int = 1,
+    dashboards: dashboard.DashboardFactory | None = None,
+    rayservice_options: rayservice_reconciler.Options | None = None,
+) -> list[Any]:
+    """Register the reconcilers with ``manager``; returns the controllers built.
+
+    ``dashboards``: default one :class:`controllers.ray.dashboard.Dashboards` on the
+    manager's API client, closed when the manager stops."""
+    if dashboards is None:
+        dashboards = dashboard.Dashboards(api=manager.client)
+        manager.add(DashboardCloser(dashboards))
+    return [
+        raycluster.setup(manager, max_concurrent_reconciles=max_concurrent_reconciles),
+        rayservice.setup(
+            manager,
+            dashboards=dashboards,
+            options=rayservice_options,
+            max_concurrent_reconciles=max_concurrent_reconciles,
+        ),
+    ]

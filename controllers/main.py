@@ -26,6 +26,14 @@ leader Lease (``--leader-elect``), which lives in the pod's own namespace
 unless ``--leader-election-namespace`` names another. ``--namespace`` (repeatable,
 or comma-separated) restricts the operator to those namespaces: it then needs
 only Roles there (``config/overlays/namespaced``), not the ClusterRole.
+
+The Ray dashboard of each RayService's cluster is reached as
+``--dashboard-address-mode`` says: ``service`` (the head service's cluster DNS
+name, as KubeRay does in a cluster), ``pod-ip`` (the head pod's IP: a manager
+outside the cluster with a route to pods) or ``kubernetes-proxy`` (through the API
+server's proxy subresources; KubeRay's ``--use-kubernetes-proxy`` means the same).
+A ready RayService's Serve status is polled at most every 2 s and, while nothing
+changes, at doubling intervals up to ``--serve-poll-max`` (10 s).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict, SettingsError
 
 import controllers
+from controllers.rayservice import reconciler as rayservice_reconciler
 from runtime import log, manager
 from runtime.client import client as client_
 
@@ -99,6 +108,14 @@ class Settings(BaseSettings):
         "auto", description="json in clusters, console on a terminal (auto)"
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    dashboard_address_mode: Literal["service", "pod-ip", "kubernetes-proxy"] = Field(
+        "service",
+        description="how the Ray dashboard is reached: the head service's cluster DNS name "
+        "(in a cluster), the head pod's IP, or the API server's proxy subresources",
+    )
+    serve_poll_max: float = Field(
+        10.0, ge=2.0, description="longest seconds between Serve polls of a ready RayService"
+    )
 
     # KubeRay's names for the flags above (see the module docstring).
     metrics_addr: str | None = Field(None, description="KubeRay's name for --metrics-bind-address")
@@ -108,6 +125,9 @@ class Settings(BaseSettings):
     )
     log_stdout_encoder: Literal["json", "console"] | None = Field(
         None, description="KubeRay's name for --log-format"
+    )
+    use_kubernetes_proxy: bool = Field(
+        False, description="KubeRay's name for --dashboard-address-mode kubernetes-proxy"
     )
 
     @field_validator("namespace", "watch_namespace", mode="before")
@@ -132,6 +152,15 @@ class Settings(BaseSettings):
                     f"--{_flag(theirs)} and --{_flag(ours)} are the same setting; give one"
                 )
             setattr(self, ours, value)
+        if self.use_kubernetes_proxy:
+            if "dashboard_address_mode" in given and self.dashboard_address_mode != (
+                "kubernetes-proxy"
+            ):
+                raise ValueError(
+                    "--use-kubernetes-proxy and --dashboard-address-mode "
+                    f"{self.dashboard_address_mode} contradict each other; give one"
+                )
+            self.dashboard_address_mode = "kubernetes-proxy"
         return self
 
 
@@ -226,8 +255,18 @@ async def _run(settings: Settings) -> int:
             leader_election_namespace=settings.leader_election_namespace,
         ),
     )
-    controllers.setup(mgr, max_concurrent_reconciles=settings.reconcile_concurrency)
+    controllers.setup(
+        mgr,
+        max_concurrent_reconciles=settings.reconcile_concurrency,
+        rayservice_options=_rayservice_options(settings),
+    )
     return await manager.serve(mgr)
+
+
+def _rayservice_options(settings: Settings) -> rayservice_reconciler.Options:
+    return rayservice_reconciler.Options(
+        address_mode=settings.dashboard_address_mode, serve_poll_max=settings.serve_poll_max
+    )
 
 
 if __name__ == "__main__":

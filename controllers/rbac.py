@@ -90,15 +90,16 @@ RAYSERVICE: tuple[Rule, ...] = (
     Rule("ray.io", "rayservices", f"{_READ} update"),
     Rule("ray.io", "rayservices/status", "get update"),
     Rule("ray.io", "rayservices/finalizers", "update"),
-    Rule("ray.io", "rayclusters", f"{_READ} create update delete"),
+    Rule("ray.io", "rayclusters", f"{_READ} create update patch delete"),
     Rule("", "services", f"{_READ} create update"),
-    Rule("", "pods", f"{_READ} update"),
+    Rule("", "pods", f"{_READ} patch"),
     Rule("discovery.k8s.io", "endpointslices", _READ),
     Rule("", "events", "create patch"),
 )
-"""The RayService reconciler: owns RayClusters and the head and serve services,
-labels the serving pods (``ray.io/serve``), counts serve endpoints from
-EndpointSlices, and keeps a finalizer on the RayService (``update`` on it)."""
+"""The RayService reconciler: owns RayClusters (created, updated in place, annotated
+with merge patches, deleted) and the head and serve services, labels the head pod
+(``ray.io/serve``, a merge patch), counts serve endpoints from EndpointSlices, and
+keeps a finalizer on the RayService (``update`` on it)."""
 
 DECLARATIONS: dict[str, tuple[Rule, ...]] = {"raycluster": RAYCLUSTER, "rayservice": RAYSERVICE}
 """Every reconciler's rules, by reconciler name: what the manager's role must grant."""

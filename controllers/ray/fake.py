@@ -9,9 +9,12 @@ holding one Ray head's Serve state:
   ``get_serve_applications`` as :class:`~controllers.ray.dashboard.ServeDetails`;
 - every **PUT is recorded** (``submitted``, a deep copy of each config, and
   ``put_count``) and applied as Serve applies it: the applications it names take the
-  status ``put_status`` (default ``DEPLOYING``; ``None`` leaves the state alone) and
-  their ``route_prefix``; applications it leaves out are removed. ``get_count``
-  counts GETs, failed ones too;
+  status ``put_status`` (default ``DEPLOYING``; ``None`` leaves the state alone),
+  their ``route_prefix`` and, as Ray reports it, their ``deployed_app_config`` (the
+  application's part of the config, in ``model_extra``); applications it leaves out
+  are removed. ``get_count`` counts GETs, failed ones too. ``proxies`` (empty by
+  default) is what the answer reports under ``proxies`` (Ray's
+  ``{node_id: {node_ip, status, ...}}``);
 - ``serve_proxy_healthy`` answers ``proxy_healthy`` (default ``True``), or
   ``proxy_health[<pod name>]`` when set; every pod asked about is recorded in
   ``health_checks``;
@@ -69,6 +72,7 @@ class FakeDashboard:
         self.proxy_healthy = proxy_healthy
         self.proxy_health: dict[str, bool] = {}
         self.health_checks: list[dashboard.ServePod] = []
+        self.proxies: dict[str, dict[str, Any]] = {}
         self.get_count = 0
         self._faults: dict[Operation, tuple[dashboard.DashboardError, int | None]] = {}
 
@@ -105,10 +109,10 @@ class FakeDashboard:
                 deployment: _deployment(deployment, value)
                 for deployment, value in deployments.items()
             }
-        self.applications[name] = dashboard.ApplicationDetails(
-            name=name, status=status, message=message, route_prefix=route_prefix,
-            deployments=kept,
-        )  # fmt: skip
+        fields: dict[str, Any] = dict(current.model_extra or {}) if current is not None else {}
+        fields.update(name=name, status=status, message=message, route_prefix=route_prefix,
+                      deployments=kept)  # fmt: skip
+        self.applications[name] = dashboard.ApplicationDetails(**fields)
 
     def set_all(self, status: str, message: str = "") -> None:
         """Give every application ``status`` (and ``message``)."""
@@ -138,23 +142,24 @@ class FakeDashboard:
     async def get_serve_applications(self) -> dashboard.ServeDetails:
         self.get_count += 1
         self._raise_if_failing("get")
-        return dashboard.ServeDetails(applications=dict(self.applications))
+        fields: dict[str, Any] = {"proxies": copy.deepcopy(self.proxies)}  # Ray's extra field
+        return dashboard.ServeDetails(applications=dict(self.applications), **fields)
 
     async def put_serve_applications(self, config: Mapping[str, Any]) -> None:
         self._raise_if_failing("put")
         self.submitted.append(copy.deepcopy(dict(config)))
         if self.put_status is None:
             return
-        named: dict[str, str | None] = {}
+        named: dict[str, dict[str, Any]] = {}
         for app in config.get("applications") or ():
-            named[str(app.get("name") or "default")] = app.get("route_prefix")
+            named[str(app.get("name") or "default")] = copy.deepcopy(dict(app))
         for name in list(self.applications):
             if name not in named:
                 del self.applications[name]
-        for name, route_prefix in named.items():
-            self.applications[name] = dashboard.ApplicationDetails(
-                name=name, status=self.put_status, route_prefix=route_prefix
-            )
+        for name, app in named.items():
+            fields: dict[str, Any] = {"deployed_app_config": app}  # Ray's extra field
+            fields.update(name=name, status=self.put_status, route_prefix=app.get("route_prefix"))
+            self.applications[name] = dashboard.ApplicationDetails(**fields)
 
     async def serve_proxy_healthy(self, pod: dashboard.PodRef) -> bool:
         target = dashboard.serve_pod(pod)

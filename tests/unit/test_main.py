@@ -13,6 +13,7 @@ from kubernetes_asyncio.config import incluster_config
 
 import controllers
 from controllers import main
+from controllers.rayservice import reconciler as rayservice_reconciler
 from runtime import log, manager
 
 KUBECONFIG = """\
@@ -263,7 +264,14 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     options = ran.options
     assert options == manager.Options(), "the binary's defaults are the Manager's"
     assert options.namespaces == (), "all namespaces"
-    assert ran.setup == [{"max_concurrent_reconciles": 1}]
+    assert ran.setup == [
+        {
+            "max_concurrent_reconciles": 1,
+            "rayservice_options": rayservice_reconciler.Options(
+                address_mode="service", serve_poll_max=10.0
+            ),
+        }
+    ]
     assert ran.logging == [("auto", "info")]
     client_options = ran.managers[0].client.options
     assert (client_options.qps, client_options.burst) == (100, 200), "KubeRay's defaults"
@@ -276,6 +284,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         "--metrics-bind-address", "127.0.0.1:9090", "--health-probe-bind-address", "0",
         "--reconcile-concurrency", "4", "--qps", "20", "--burst", "40",
         "--log-format", "json", "--log-level", "debug",
+        "--dashboard-address-mode", "pod-ip", "--serve-poll-max", "30",
     ]  # fmt: skip
     assert main.main(argv) == 0
     mgr = ran.managers[0]
@@ -284,7 +293,14 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         leader_election_namespace="ops", metrics_bind_address="127.0.0.1:9090",
         health_probe_bind_address="0",
     )  # fmt: skip
-    assert ran.setup == [{"max_concurrent_reconciles": 4}]
+    assert ran.setup == [
+        {
+            "max_concurrent_reconciles": 4,
+            "rayservice_options": rayservice_reconciler.Options(
+                address_mode="pod-ip", serve_poll_max=30.0
+            ),
+        }
+    ]
     assert (mgr.client.options.qps, mgr.client.options.burst) == (20.0, 40)
     assert ran.logging == [("json", "debug")]
 
@@ -302,6 +318,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
         "RAYSERVICE_RECONCILE_CONCURRENCY": "3",
         "RAYSERVICE_QPS": "5",
         "RAYSERVICE_LOG_LEVEL": "warning",
+        "RAYSERVICE_DASHBOARD_ADDRESS_MODE": "kubernetes-proxy",
     }.items():
         monkeypatch.setenv(name, value)
     assert main.main([]) == 0
@@ -310,12 +327,19 @@ def test_environment_variables_reach_the_manager_and_flags_win(
         namespaces=("team-b",), leader_election=True, leader_election_id="env-lease",
         metrics_bind_address="127.0.0.1:9100", health_probe_bind_address="127.0.0.1:9101",
     )  # fmt: skip
-    assert ran.setup == [{"max_concurrent_reconciles": 3}]
+    assert ran.setup == [
+        {
+            "max_concurrent_reconciles": 3,
+            "rayservice_options": rayservice_reconciler.Options(
+                address_mode="kubernetes-proxy", serve_poll_max=10.0
+            ),
+        }
+    ]
     assert mgr.client.options.qps == 5.0
     assert ran.logging == [("auto", "warning")]
     # A flag overrides its variable.
     assert main.main(["--reconcile-concurrency", "7", "--no-leader-elect"]) == 0
-    assert ran.setup[-1] == {"max_concurrent_reconciles": 7}
+    assert ran.setup[-1]["max_concurrent_reconciles"] == 7
     assert ran.managers[-1].options.leader_election is False
 
 
@@ -332,6 +356,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
         "--watch-namespace", "team-a,team-b",
         "--reconcile-concurrency", "3", "--qps", "50", "--burst", "60",
         "--log-stdout-encoder", "console", "--health-probe-bind-address", "127.0.0.1:10",
+        "--use-kubernetes-proxy",
     ]  # fmt: skip
     assert main.main(argv) == 0
     mgr = ran.managers[0]
@@ -339,7 +364,14 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
         namespaces=("team-a", "team-b"), leader_election=True, leader_election_namespace="ops",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
     )  # fmt: skip
-    assert ran.setup == [{"max_concurrent_reconciles": 3}]
+    assert ran.setup == [
+        {
+            "max_concurrent_reconciles": 3,
+            "rayservice_options": rayservice_reconciler.Options(
+                address_mode="kubernetes-proxy", serve_poll_max=10.0
+            ),
+        }
+    ]
     assert (mgr.client.options.qps, mgr.client.options.burst) == (50.0, 60)
     assert ran.logging == [("console", "info")]
 
@@ -383,3 +415,15 @@ def test_several_namespace_flags_and_the_same_flag_under_both_names(
 def test_qps_zero_turns_client_side_limiting_off(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(["--kubeconfig", str(kubeconfig), "--qps", "0"]) == 0
     assert ran.managers[0].client.options.qps is None
+
+
+def test_use_kubernetes_proxy_contradicting_the_address_mode_is_refused(
+    ran: Ran, kubeconfig: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--kubeconfig", str(kubeconfig), "--use-kubernetes-proxy",
+            "--dashboard-address-mode", "pod-ip"]  # fmt: skip
+    assert main.main(argv) == 2
+    assert "--use-kubernetes-proxy" in one_error_line(capsys)
+    assert ran.managers == []
+    assert main.main(["--kubeconfig", str(kubeconfig), "--serve-poll-max", "1"]) == 2
+    assert "--serve-poll-max" in one_error_line(capsys)

@@ -1,0 +1,105 @@
+"""The RayService controller: Ray Serve applications on RayClusters, upgraded without
+downtime, level-based, with nothing that matters kept in memory.
+
+- :mod:`controllers.rayservice.validation`: what makes a RayService impossible;
+- :mod:`controllers.rayservice.clusters`: the RayClusters it owns (the spec hash,
+  names derived from it, KubeRay's labels and annotations, in-place updates);
+- :mod:`controllers.rayservice.services`: its head and serve Services;
+- :mod:`controllers.rayservice.status`: the status, computed in one pure function;
+- :mod:`controllers.rayservice.reconciler`: one reconcile pass (read it first).
+
+:func:`setup` wires the reconciler to a manager. It reconciles a RayService on
+changes to its spec, labels or annotations (not on its own status writes), on any
+change to the RayClusters and Services it controls, and on the EndpointSlices of
+its services (they carry the RayService's ``ray.io/originated-from-*`` labels,
+copied from the Service by the EndpointSlice controller). The Ray dashboard sends
+no events: the reconciler polls it (see :mod:`controllers.rayservice.reconciler`).
+:data:`RBAC` is what it needs in the API server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import api.v1 as v1
+from controllers import rbac
+from controllers.ray import dashboard
+from controllers.rayservice import clusters
+from controllers.rayservice import reconciler as reconciler_
+from runtime import builder, handler, predicate, reconcile
+from runtime import controller as controller_
+from runtime.workqueue import ratelimiter
+
+__all__ = ["NAME", "RBAC", "rate_limiter", "serve_endpoint_owner", "setup"]
+
+NAME = "rayservice"
+"""The controller's name (logs, metrics)."""
+
+RBAC = rbac.RAYSERVICE
+"""The API permissions the reconciler needs."""
+
+_spec_or_metadata_changed = predicate.or_(
+    predicate.generation_changed, predicate.label_changed, predicate.annotation_changed
+)
+
+
+def serve_endpoint_owner(obj: dict[str, Any]) -> Iterator[reconcile.Request]:
+    """The RayService whose Service an EndpointSlice belongs to, from the labels the
+    EndpointSlice controller copies from the Service.
+
+    >>> list(serve_endpoint_owner({"metadata": {"namespace": "ns", "labels": {
+    ...     "ray.io/originated-from-crd": "RayService",
+    ...     "ray.io/originated-from-cr-name": "demo"}}}))
+    [Request(namespace='ns', name='demo')]
+    """
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
+    if labels.get(clusters.ORIGINATED_FROM_CRD_LABEL) != clusters.ORIGINATED_FROM_CRD:
+        return
+    owner = labels.get(clusters.ORIGINATED_FROM_NAME_LABEL)
+    if owner:
+        yield reconcile.Request(meta.get("namespace") or "", owner)
+
+
+def rate_limiter() -> ratelimiter.RateLimiter:
+    """Retries of a failed pass: per RayService 0.5 s doubling to 5 min (an unreachable
+    dashboard is asked about twice in its first 2 s, not hundreds of times), and at
+    most 10 per second overall with bursts of 100, as client-go's default."""
+    return ratelimiter.MaxOf(
+        ratelimiter.ItemExponentialFailure(base=0.5, max_delay=300.0),
+        ratelimiter.TokenBucket(qps=10.0, burst=100),
+    )
+
+
+def setup(
+    manager: Any,
+    *,
+    dashboards: dashboard.DashboardFactory,
+    options: reconciler_.Options | None = None,
+    max_concurrent_reconciles: int = 1,
+    skip_name_validation: bool = False,
+) -> controller_.Controller:
+    """Register the RayService controller with ``manager``; returns it.
+
+    ``dashboards`` hands out the dashboard clients (one
+    :class:`controllers.ray.dashboard.Dashboards` per manager; close it on shutdown).
+    ``skip_name_validation``: allow a second controller of this name in the process."""
+    v1.add_to_registry(manager.client.registry)
+    reconciler = reconciler_.Reconciler(
+        manager.client, manager.cache, manager.events, dashboards, options
+    )
+    return (
+        builder.Builder(manager)
+        .for_(v1.RAYSERVICES, predicates=(_spec_or_metadata_changed,))
+        .owns(v1.RAYCLUSTERS)
+        .owns(reconciler_.SERVICES)
+        .watches(reconciler_.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))
+        .with_options(
+            max_concurrent_reconciles=max_concurrent_reconciles,
+            skip_name_validation=skip_name_validation,
+            rate_limiter=rate_limiter(),
+        )
+        .named(NAME)
+        .complete(reconciler)
+    )

@@ -1,0 +1,267 @@
+"""A RayService's own Services, ``<name>-head-svc`` and ``<name>-serve-svc`` (KubeRay's shape).
+
+Both point at the cluster that serves (their selector's ``ray.io/cluster``), and
+they are rewritten **only when that cluster changes** (:func:`retargeted`), as
+KubeRay does: a Service is never updated for any other difference.
+
+- :func:`head_service` ``<name>-head-svc``: the cluster's own head Service
+  (:func:`controllers.raycluster.services.head_service`: same ports, type,
+  headless-ness and selector, i.e. the head pod of that cluster) but *without*
+  ``headServiceAnnotations`` (KubeRay passes none for a RayService), renamed, in the
+  RayService's namespace, with only these labels: ``ray.io/originated-from-cr-name``
+  (the RayService), ``ray.io/originated-from-crd: RayService``,
+  ``ray.io/node-type: head``, ``ray.io/identifier: <name>-head``.
+- :func:`serve_service` ``<name>-serve-svc``: selector ``ray.io/cluster: <cluster>``
+  and ``ray.io/serve: "true"`` (the pods whose Serve proxy is healthy); labels
+  ``ray.io/originated-from-cr-name``, ``ray.io/originated-from-crd: RayService``,
+  ``ray.io/serve: <name>-serve``; one port, ``serve``, from the cluster's head
+  container (``{name, port}`` only: the server defaults ``targetPort`` to it; 8000
+  when the container lists no ports); type ``rayClusterConfig.headGroupSpec.serviceType``.
+  With ``spec.serveService`` that Service is the base: its name (if set; else the
+  default), type (if set), labels (ours win) and annotations are kept, its namespace
+  and selector are replaced, and its ports are replaced by the cluster's ``serve``
+  port, or, when the head container has none, by its own first port named ``serve``
+  reduced to ``{name, port}``. :class:`ValueError` when there is no ``serve`` port at
+  all (KubeRay refuses the same).
+- Both get the RayService as controller owner.
+
+>>> service = {"apiVersion": "ray.io/v1", "kind": "RayService",
+...            "metadata": {"name": "svc", "namespace": "ns", "uid": "u1"}, "spec": {}}
+>>> cluster = {"metadata": {"name": "svc-abcde", "namespace": "ns"},
+...            "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{}]}}}}}
+>>> serve = serve_service(service, cluster)
+>>> serve["metadata"]["name"], serve["spec"]["ports"]
+('svc-serve-svc', [{'name': 'serve', 'port': 8000}])
+>>> serve["spec"]["selector"]
+{'ray.io/cluster': 'svc-abcde', 'ray.io/serve': 'true'}
+>>> head = head_service(service, cluster)
+>>> head["metadata"]["name"], selected_cluster(head), is_controlled_by(head, service)
+('svc-head-svc', 'svc-abcde', True)
+>>> retargeted(head, head) is None
+True
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from api import v1
+from controllers.raycluster import names
+from controllers.raycluster import services as cluster_services
+from runtime import objects
+
+__all__ = [
+    "HEAD_SUFFIX",
+    "SERVE_SUFFIX",
+    "head_service",
+    "head_service_name",
+    "is_controlled_by",
+    "retargeted",
+    "selected_cluster",
+    "serve_service",
+    "serve_service_name",
+]
+
+Obj = dict[str, Any]
+
+HEAD_SUFFIX = "-head-svc"
+SERVE_SUFFIX = "-serve-svc"
+_SERVE_PORT = "serve"
+_ALLOCATED = ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "healthCheckNodePort")
+"""Spec fields the API server allocated; kept when a Service is pointed elsewhere."""
+
+
+def head_service_name(service_name: str) -> str:
+    """``<service_name>-head-svc``.
+
+    >>> head_service_name("svc")
+    'svc-head-svc'
+    """
+    return f"{service_name}{HEAD_SUFFIX}"
+
+
+def serve_service_name(service: Mapping[str, Any]) -> str:
+    """``spec.serveService.metadata.name`` when set (KubeRay honours it), else ``<name>-serve-svc``.
+
+    >>> serve_service_name({"metadata": {"name": "svc"}, "spec": {}})
+    'svc-serve-svc'
+    """
+    template = (service.get("spec") or {}).get("serveService")
+    if isinstance(template, Mapping):
+        custom = (template.get("metadata") or {}).get("name")
+        if custom:
+            return str(custom)
+    return f"{_meta(service).get('name')}{SERVE_SUFFIX}"
+
+
+def selected_cluster(svc: Mapping[str, Any]) -> str | None:
+    """The ``ray.io/cluster`` value of a Service's selector (None without one)."""
+    selector = (svc.get("spec") or {}).get("selector") or {}
+    value = selector.get(names.CLUSTER_LABEL) if isinstance(selector, Mapping) else None
+    return str(value) if value is not None else None
+
+
+def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    """Whether ``owner`` is the controller owner of ``obj`` (by uid)."""
+    uid = _meta(owner).get("uid")
+    refs = _meta(obj).get("ownerReferences") or []
+    return uid is not None and any(
+        isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid") == uid
+        for ref in refs
+    )
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _owned(service: Mapping[str, Any], svc: Obj) -> Obj:
+    owner = {
+        "apiVersion": service.get("apiVersion") or "ray.io/v1",
+        "kind": service.get("kind") or "RayService",
+        "metadata": {"name": _meta(service).get("name"), "uid": _meta(service).get("uid")},
+    }
+    return objects.set_controller_reference(owner, svc)
+
+
+def _cluster_model(cluster: Mapping[str, Any]) -> v1.RayCluster:
+    """The cluster as a model, without ``headServiceAnnotations`` (unused for a RayService)."""
+    spec = dict(cluster.get("spec") or {})
+    spec.pop("headServiceAnnotations", None)
+    return v1.RayCluster.model_validate({"metadata": dict(_meta(cluster)), "spec": spec})
+
+
+def head_service(
+    service: Mapping[str, Any], cluster: Mapping[str, Any], *, created_by: str = names.CREATED_BY
+) -> Obj:
+    """``<name>-head-svc`` pointing at the head pod of ``cluster`` (see the module docstring).
+
+    ``created_by`` is the ``app.kubernetes.io/created-by`` value of the cluster's pods
+    (part of the selector, as in the cluster's own head Service).
+    """
+    model = _cluster_model(cluster)
+    svc = cluster_services.head_service(model, created_by=created_by)
+    name = str(_meta(service).get("name") or "")
+    metadata = svc["metadata"]
+    metadata["name"] = head_service_name(name)
+    metadata["namespace"] = _meta(service).get("namespace")
+    metadata["labels"] = {
+        names.ORIGINATED_FROM_NAME_LABEL: name,
+        names.ORIGINATED_FROM_CRD_LABEL: "RayService",
+        names.NODE_TYPE_LABEL: "head",
+        names.IDENTIFIER_LABEL: names.identifier(name, "head"),
+    }
+    return _owned(service, copy.deepcopy(svc))
+
+
+def _cluster_serve_ports(cluster: Mapping[str, Any]) -> list[Obj]:
+    """``[{name: serve, port}]`` from the head container (8000 when it lists no ports), or []."""
+    try:
+        ports: list[Obj] = cluster_services.serve_service(_cluster_model(cluster))["spec"]["ports"]
+    except ValueError:
+        return []
+    return ports
+
+
+def serve_service(service: Mapping[str, Any], cluster: Mapping[str, Any]) -> Obj:
+    """``<name>-serve-svc`` pointing at the serve-ready pods of ``cluster`` (module docstring)."""
+    meta = _meta(service)
+    name = str(meta.get("name") or "")
+    spec = service.get("spec") or {}
+    labels = {
+        names.ORIGINATED_FROM_NAME_LABEL: name,
+        names.ORIGINATED_FROM_CRD_LABEL: "RayService",
+        names.SERVE_LABEL: f"{name}-serve",
+    }
+    selector = {
+        names.CLUSTER_LABEL: str(_meta(cluster).get("name") or ""),
+        names.SERVE_LABEL: "true",
+    }
+    head_group = (spec.get("rayClusterConfig") or {}).get("headGroupSpec") or {}
+    service_type = head_group.get("serviceType")
+    ports = _cluster_serve_ports(cluster)
+    template = spec.get("serveService")
+    if isinstance(template, Mapping):
+        svc: Obj = copy.deepcopy(dict(template))
+        metadata = svc["metadata"] = dict(svc.get("metadata") or {})
+        body = svc["spec"] = dict(svc.get("spec") or {})
+        body["selector"] = selector
+        if not ports:
+            ports = [
+                {"name": port["name"], "port": port.get("port")}
+                for port in body.get("ports") or []
+                if isinstance(port, Mapping) and port.get("name") == _SERVE_PORT
+            ][:1]
+        body["ports"] = ports
+        metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
+        metadata["name"] = metadata.get("name") or f"{name}{SERVE_SUFFIX}"
+        metadata["namespace"] = meta.get("namespace")
+        if not body.get("type") and service_type:
+            body["type"] = service_type
+        svc.setdefault("apiVersion", "v1")
+        svc.setdefault("kind", "Service")
+        return _owned(service, svc)
+    if not ports:
+        raise ValueError(
+            "the head container lists ports but none named 'serve': the serve service "
+            f"{name}{SERVE_SUFFIX} would have no port"
+        )
+    body = {"selector": selector, "ports": ports}
+    if service_type:
+        body["type"] = service_type
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{name}{SERVE_SUFFIX}",
+            "namespace": meta.get("namespace"),
+            "labels": labels,
+        },
+        "spec": body,
+    }
+    return _owned(service, svc)
+
+
+def retargeted(current: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj | None:
+    """``current`` pointed where ``desired`` points, or None when it already does.
+
+    None when both select the same ``ray.io/cluster``: then the Service is left
+    alone, whatever else differs. Otherwise a copy of ``current`` whose ``spec`` is
+    ``desired``'s (KubeRay replaces the whole spec on a switch) except for what the
+    API server allocated: ``clusterIP`` (KubeRay keeps it: it is immutable),
+    ``clusterIPs``, ``ipFamilies``, ``ipFamilyPolicy`` and, when the type stays the
+    same, ``healthCheckNodePort`` and each port's ``nodePort`` (by port name) where
+    ``desired`` sets none (so a NodePort does not move). Metadata is
+    ``current``'s (with its ``resourceVersion``, for an optimistic update).
+
+    >>> old = {"metadata": {"name": "s"}, "spec": {"clusterIP": "10.0.0.1",
+    ...        "selector": {"ray.io/cluster": "a"}}}
+    >>> new = {"metadata": {"name": "s"}, "spec": {"selector": {"ray.io/cluster": "b"}}}
+    >>> retargeted(old, new)["spec"]
+    {'selector': {'ray.io/cluster': 'b'}, 'clusterIP': '10.0.0.1'}
+    """
+    if selected_cluster(current) == selected_cluster(desired):
+        return None
+    updated = copy.deepcopy(dict(current))
+    old_spec: Mapping[str, Any] = current.get("spec") or {}
+    spec: Obj = copy.deepcopy(dict(desired.get("spec") or {}))
+    same_type = (old_spec.get("type") or "ClusterIP") == (spec.get("type") or "ClusterIP")
+    for key in _ALLOCATED:
+        if key in old_spec and (same_type or key != "healthCheckNodePort"):
+            spec[key] = copy.deepcopy(old_spec[key])
+    if not same_type:
+        updated["spec"] = spec
+        return updated
+    node_ports = {
+        port.get("name"): port["nodePort"]
+        for port in old_spec.get("ports") or []
+        if isinstance(port, Mapping) and port.get("nodePort")
+    }
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict) and not port.get("nodePort") and port.get("name") in node_ports:
+            port["nodePort"] = node_ports[port.get("name")]
+    updated["spec"] = spec
+    return updated

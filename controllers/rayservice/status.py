@@ -1,0 +1,283 @@
+"""A RayService's status, computed in one pure function from what one reconcile observed.
+
+:func:`compute` takes the RayService (its previous status included) and an
+:class:`Observed` - which clusters are active and pending, what their dashboards
+said, how many serve endpoints are ready - and returns the new ``status``. The
+reconciler hands it to a :class:`runtime.status.StatusWriter`, which writes only
+when it means something new, so the rules here decide what a write is:
+
+- ``observedGeneration``: the RayService's ``metadata.generation``;
+- ``activeServiceStatus`` / ``pendingServiceStatus``: the cluster's name, its
+  ``applicationStatuses`` (``{app: {status, message, serveDeploymentStatuses:
+  {deployment: {status, message}}}}``) and a copy of the RayCluster's status
+  (``rayClusterStatus``, informational: the writer ignores it when comparing, see
+  :data:`VOLATILE`, so it is refreshed only when a write happens anyway).
+  Applications not read in this pass (the cluster is not the one being polled)
+  keep what the previous status said about the same cluster; a cluster that left
+  its role leaves its applications with it;
+- ``numServeEndpoints``: ready endpoints of the serve service;
+- condition ``Ready`` (KubeRay's rules): ``True``/``NonZeroServeEndpoints`` while
+  the serve service has a ready endpoint; ``False``/``ZeroServeEndpoints`` when
+  that drops to zero after having been ready; otherwise ``False``/
+  ``Initializing`` (first seen), which turns into ``False``/``InitializingTimeout``
+  once the ``ray.io/initializing-timeout`` has passed since the condition's
+  ``lastTransitionTime`` (then clusters are removed and nothing is retried until the
+  spec changes: a new ``generation`` starts ``Initializing`` afresh);
+  ``False``/``ValidationFailed`` for a spec that cannot be reconciled;
+- condition ``UpgradeInProgress``: ``True``/``BothActivePendingClustersExist``,
+  ``False``/``NoPendingCluster`` (only an active cluster), ``False``/``Initializing``
+  before any cluster served, ``Unknown``/``NoActiveCluster`` when the active
+  cluster went away after the service had one;
+- condition ``RollbackInProgress`` (KubeRay v1.7): ``True``/``RollbackInProgress``
+  while a pending cluster is dropped because the spec went back to the active
+  cluster's; once it has been seen, ``False``/``RollbackComplete`` afterwards;
+- conditions ``Suspending`` / ``Suspended`` (KubeRay v1.7) while ``spec.suspend``
+  takes effect / has taken effect; dropped (``False``) on resume;
+- ``serviceStatus``: ``Running`` iff ``Ready`` is ``True``, else empty (deprecated).
+
+``lastUpdateTime`` is stamped by the writer on real writes only. A condition's
+``lastTransitionTime`` moves only when its ``status`` does.
+
+>>> svc = {"metadata": {"generation": 1}, "spec": {}, "status": {}}
+>>> new = compute(svc, Observed(active=None, pending=ClusterReport(name="demo-abcde")),
+...               now="2026-12-01T00:00:00Z")
+>>> [(c["type"], c["status"], c["reason"]) for c in new["conditions"]]
+[('Ready', 'False', 'Initializing'), ('UpgradeInProgress', 'False', 'Initializing')]
+>>> new["pendingServiceStatus"]["rayClusterName"], new["serviceStatus"]
+('demo-abcde', '')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from api.v1 import rayservice as rayservice_
+from controllers.ray import dashboard
+
+__all__ = [
+    "ROLLBACK_IN_PROGRESS",
+    "SUSPENDED",
+    "SUSPENDING",
+    "VOLATILE",
+    "ClusterReport",
+    "Observed",
+    "Problem",
+    "applications",
+    "compute",
+    "condition",
+    "initializing_since",
+]
+
+Obj = dict[str, Any]
+
+READY = rayservice_.ConditionType.READY.value
+UPGRADE_IN_PROGRESS = rayservice_.ConditionType.UPGRADE_IN_PROGRESS.value
+ROLLBACK_IN_PROGRESS = "RollbackInProgress"
+SUSPENDING = "Suspending"
+SUSPENDED = "Suspended"
+_REASONS = rayservice_.ConditionReason
+
+VOLATILE = frozenset({*rayservice_.RayServiceStatus.VOLATILE_FIELDS, "rayClusterStatus"})
+"""Fields the status writer ignores when comparing: the write stamp, and the embedded
+RayCluster statuses (informational; refreshed when a write happens anyway)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClusterReport:
+    """One of the RayService's clusters as this pass saw it."""
+
+    name: str
+    cluster_status: Mapping[str, Any] | None = None
+    """The RayCluster's own status (copied as ``rayClusterStatus``)."""
+    applications: Mapping[str, Any] | None = None
+    """``applicationStatuses`` read from its dashboard in this pass (see
+    :func:`applications`), or ``None`` when not read: the previous status's are kept."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Problem:
+    """Why the RayService cannot be reconciled (``Ready=False`` with this reason)."""
+
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Observed:
+    """What one reconcile pass found; every field states its default."""
+
+    active: ClusterReport | None = None
+    """The cluster the RayService's services select. Default none."""
+    pending: ClusterReport | None = None
+    """The cluster being prepared (the first one, or an upgrade's). Default none."""
+    num_serve_endpoints: int = 0
+    """Ready endpoints of ``<svc>-serve-svc``. Default 0."""
+    rolling_back: bool = False
+    """A pending cluster is being dropped because the spec returned to the active one's."""
+    suspend: Literal["suspending", "suspended"] | None = None
+    """Where ``spec.suspend`` stands. Default: not suspended."""
+    problem: Problem | None = None
+    """A spec that cannot be reconciled (reason ``ValidationFailed``). Default none."""
+    timed_out: str | None = None
+    """The message of an initializing timeout that passed in this pass, if one did."""
+
+
+def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
+    """The condition of ``type_`` in a raw ``status``, or ``None``."""
+    for cond in (status or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            found: Mapping[str, Any] = cond
+            return found
+    return None
+
+
+def initializing_since(service: Mapping[str, Any]) -> str | None:
+    """When the RayService's current ``Initializing`` began (``Ready``'s
+    ``lastTransitionTime``), if it is initializing for its current generation."""
+    ready = condition(service.get("status"), READY)
+    generation = int((service.get("metadata") or {}).get("generation") or 0)
+    if ready is None or ready.get("reason") != _REASONS.INITIALIZING:
+        return None
+    if int(ready.get("observedGeneration") or 0) != generation:
+        return None
+    since: str | None = ready.get("lastTransitionTime")
+    return since
+
+
+def applications(details: dashboard.ServeDetails) -> dict[str, Any]:
+    """``applicationStatuses`` from a dashboard answer (KubeRay's shape)."""
+    result: dict[str, Any] = {}
+    for name, app in sorted(details.applications.items()):
+        deployments = {
+            dep_name: _without_empty({"status": dep.status, "message": dep.message})
+            for dep_name, dep in sorted(app.deployments.items())
+        }
+        entry = _without_empty({"status": app.status, "message": app.message})
+        if deployments:
+            entry["serveDeploymentStatuses"] = deployments
+        result[name] = entry
+    return result
+
+
+def _without_empty(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v not in (None, "")}
+
+
+def _cluster_status(report: ClusterReport | None, previous: Mapping[str, Any] | None) -> Obj | None:
+    if report is None:
+        return None
+    entry: Obj = {"rayClusterName": report.name}
+    if report.cluster_status:
+        entry["rayClusterStatus"] = dict(report.cluster_status)
+    apps = report.applications
+    if apps is None and previous and previous.get("rayClusterName") == report.name:
+        apps = previous.get("applicationStatuses")
+    if apps:
+        entry["applicationStatuses"] = dict(apps)
+    return entry
+
+
+def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
+    """The RayService's new ``status`` (see the module docstring)."""
+    old: Mapping[str, Any] = service.get("status") or {}
+    generation = int((service.get("metadata") or {}).get("generation") or 0)
+    previous = {c.get("type"): c for c in old.get("conditions") or ()}
+    conditions: dict[str, Obj] = {}
+
+    def set_(type_: str, status: str, reason: str, message: str) -> None:
+        before = previous.get(type_)
+        since = (
+            before.get("lastTransitionTime")
+            if before is not None and before.get("status") == status
+            and before.get("lastTransitionTime")
+            else now
+        )  # fmt: skip
+        conditions[type_] = {
+            "type": str(type_),
+            "status": str(status),
+            "reason": str(reason),  # a plain str (enums are str subclasses)
+            "message": message,
+            "lastTransitionTime": since,
+            "observedGeneration": generation,
+        }
+
+    new: Obj = {"observedGeneration": generation}
+    active = _cluster_status(observed.active, old.get("activeServiceStatus"))
+    pending = _cluster_status(observed.pending, old.get("pendingServiceStatus"))
+    if active is not None:
+        new["activeServiceStatus"] = active
+    if pending is not None:
+        new["pendingServiceStatus"] = pending
+    new["numServeEndpoints"] = observed.num_serve_endpoints
+
+    # Ready
+    old_ready = previous.get(READY)
+    was_ready = old_ready is not None and old_ready.get("status") == "True"
+    if observed.problem is not None:
+        set_(READY, "False", observed.problem.reason, observed.problem.message)
+    elif observed.num_serve_endpoints > 0:
+        set_(READY, "True", _REASONS.NON_ZERO_SERVE_ENDPOINTS,
+             "Number of serve endpoints is greater than 0")  # fmt: skip
+    elif was_ready:
+        set_(
+            READY, "False", _REASONS.ZERO_SERVE_ENDPOINTS, "Number of serve endpoints dropped to 0"
+        )
+    elif observed.timed_out is not None:
+        set_(READY, "False", _REASONS.INITIALIZING_TIMEOUT, observed.timed_out)
+    elif (
+        old_ready is not None
+        and old_ready.get("reason") == _REASONS.INITIALIZING_TIMEOUT
+        and int(old_ready.get("observedGeneration") or 0) == generation
+    ):
+        conditions[READY] = dict(old_ready)  # stays timed out until the spec changes
+    elif (
+        old_ready is not None
+        and old_ready.get("reason") == _REASONS.INITIALIZING
+        and int(old_ready.get("observedGeneration") or 0) == generation
+    ):
+        conditions[READY] = dict(old_ready)  # initializing: keep its start time
+    else:
+        set_(READY, "False", _REASONS.INITIALIZING, "RayService is initializing")
+        if old_ready is not None and old_ready.get("status") == "False":
+            conditions[READY]["lastTransitionTime"] = now  # a new generation starts afresh
+
+    # UpgradeInProgress
+    old_upgrade = previous.get(UPGRADE_IN_PROGRESS)
+    if active is not None and pending is not None:
+        set_(UPGRADE_IN_PROGRESS, "True", _REASONS.BOTH_ACTIVE_PENDING_CLUSTERS_EXIST,
+             "Both active and pending Ray clusters exist")  # fmt: skip
+    elif active is not None:
+        set_(UPGRADE_IN_PROGRESS, "False", _REASONS.NO_PENDING_CLUSTER,
+             "Active Ray cluster exists and no pending Ray cluster")  # fmt: skip
+    elif old_upgrade is None or old_upgrade.get("reason") in (
+        _REASONS.INITIALIZING,
+        _REASONS.INITIALIZING_TIMEOUT,
+    ):
+        set_(UPGRADE_IN_PROGRESS, "False", _REASONS.INITIALIZING, "RayService is initializing")
+    else:
+        set_(UPGRADE_IN_PROGRESS, "Unknown", _REASONS.NO_ACTIVE_CLUSTER,
+             "No active Ray cluster exists, and the RayService is not initializing")  # fmt: skip
+
+    # RollbackInProgress, Suspending, Suspended: present once they have happened
+    if observed.rolling_back:
+        set_(ROLLBACK_IN_PROGRESS, "True", ROLLBACK_IN_PROGRESS,
+             "The spec returned to the active cluster's; dropping the pending cluster")  # fmt: skip
+    elif ROLLBACK_IN_PROGRESS in previous:
+        set_(ROLLBACK_IN_PROGRESS, "False", "RollbackComplete", "No rollback in progress")
+    for type_ in (SUSPENDING, SUSPENDED):
+        if observed.suspend == type_.lower():
+            message = ("Deleting the RayService's clusters" if type_ == SUSPENDING
+                       else "The RayService's clusters are deleted")  # fmt: skip
+            set_(type_, "True", type_, message)
+        elif type_ in previous:
+            set_(type_, "False", "Resumed" if not observed.suspend else type_, "")
+            if observed.suspend and type_ == SUSPENDING:
+                conditions[type_]["reason"] = "SuspendComplete"
+
+    order = [READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED]
+    new["conditions"] = [conditions[t] for t in order if t in conditions]
+    ready = conditions.get(READY)
+    new["serviceStatus"] = "Running" if ready is not None and ready["status"] == "True" else ""
+    return new

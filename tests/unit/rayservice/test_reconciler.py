@@ -1,0 +1,526 @@
+"""controllers.rayservice.reconciler against the faithful fake API server and fake dashboards.
+
+The RayCluster controller does not run here: a test plays it by creating the head
+pod a cluster would have (Running and Ready) and the EndpointSlice
+kube-controller-manager would publish for the serve service.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import pytest
+
+import api.v1 as v1
+from controllers.ray import dashboard
+from controllers.ray import fake as fake_dashboards
+from controllers.rayservice import clusters
+from controllers.rayservice import reconciler as reconciler_
+from runtime import events, reconcile
+from runtime.cache import cache as cache_
+from runtime.client import errors, resources
+from runtime.testing import fake
+from tests.unit import helpers
+
+PODS = reconciler_.PODS
+SERVICES = reconciler_.SERVICES
+SLICES = reconciler_.ENDPOINT_SLICES
+EVENTS = resources.default_registry.for_kind("v1", "Event")
+REQUEST = reconcile.Request("ns", "demo")
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+SERVE_CONFIG = """\
+applications:
+  - name: fruit
+    import_path: fruit:app
+    route_prefix: /fruit
+  - name: math
+    import_path: math_app:app
+    route_prefix: /calc
+"""
+
+
+def template(name: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{
+        "name": name, "image": "rayproject/ray:2.60.0",
+        "ports": [{"name": "serve", "containerPort": 8000},
+                  {"name": "dashboard", "containerPort": 8265}],
+        "resources": {"limits": {"cpu": "1", "memory": "2Gi"}},
+    }]}}  # fmt: skip
+
+
+def rayservice(**spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "serveConfigV2": SERVE_CONFIG,
+        "rayClusterDeletionDelaySeconds": 30,
+        "rayClusterConfig": {
+            "rayVersion": "2.60.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
+            "workerGroupSpecs": [{
+                "groupName": "small", "replicas": 1, "minReplicas": 1, "maxReplicas": 5,
+                "rayStartParams": {}, "template": template("ray-worker"),
+            }],
+        },
+    }  # fmt: skip
+    body.update(spec)
+    return {"apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "demo", "namespace": "ns"}, "spec": body}  # fmt: skip
+
+
+class Env:
+    def __init__(self) -> None:
+        registry = resources.default_registry.copy()
+        v1.add_to_registry(registry)
+        self.client = fake.FakeClient(registry, namespaces=["ns"])
+        self.cache = cache_.Cache(self.client, debug=True)  # type: ignore[arg-type]
+        self.recorder = events.Recorder(self.client, "test")  # type: ignore[arg-type]
+        self.dashboards = fake_dashboards.FakeDashboards()
+        self.now = T0
+        self.reconciler = reconciler_.Reconciler(
+            self.client, self.cache, self.recorder, self.dashboards,
+            reconciler_.Options(address_mode="pod-ip"), clock=lambda: self.now,
+        )  # fmt: skip
+        self.ips = iter(f"198.18.0.{i}" for i in range(1, 250))
+
+    async def reconcile(self) -> reconcile.Result:
+        result = await self.reconciler.reconcile(REQUEST)
+        await helpers.settle()
+        return result
+
+    async def service(self) -> dict[str, Any]:
+        return await self.client.get(v1.RAYSERVICES, "ns", "demo")
+
+    async def clusters(self) -> list[dict[str, Any]]:
+        found = await self.client.list(v1.RAYCLUSTERS, "ns")
+        return sorted(found.items, key=lambda c: c["metadata"]["name"])
+
+    async def live_clusters(self) -> list[str]:
+        return [c["metadata"]["name"] for c in await self.clusters()
+                if not c["metadata"].get("deletionTimestamp")]  # fmt: skip
+
+    async def start_head(self, cluster: str, *, serve: str = "false") -> dict[str, Any]:
+        """What the RayCluster controller and kubelet would do: a Running, Ready head."""
+        pod = await self.client.create({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{cluster}-head-x", "namespace": "ns", "labels": {
+                "ray.io/cluster": cluster, "ray.io/node-type": "head",
+                "ray.io/is-ray-node": "yes", "ray.io/serve": serve}},
+            "spec": {"containers": [{"name": "ray-head", "image": "ray"}]},
+        })  # fmt: skip
+        pod["status"] = {
+            "phase": "Running",
+            "podIP": next(self.ips),
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+        updated: dict[str, Any] = await self.client.update_status(pod)
+        await helpers.settle()
+        return updated
+
+    async def publish_endpoints(self, ready: int) -> None:
+        """kube-controller-manager's EndpointSlice for the serve service."""
+        body = {
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "demo-serve-svc-abcde", "namespace": "ns", "labels": {
+                "kubernetes.io/service-name": "demo-serve-svc",
+                clusters.ORIGINATED_FROM_CRD_LABEL: "RayService",
+                clusters.ORIGINATED_FROM_NAME_LABEL: "demo"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [f"198.18.9.{i}"], "conditions": {"ready": True}}
+                          for i in range(ready)],
+        }  # fmt: skip
+        try:
+            current = await self.client.get(SLICES, "ns", "demo-serve-svc-abcde")
+        except errors.NotFound:
+            await self.client.create(body)
+        else:
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            await self.client.update(body)
+        await helpers.settle()
+
+    def writes(self, kind: str | None = None, sub: str | None = None) -> int:
+        return sum(
+            1 for verb, resource, subresource in self.client.calls
+            if verb in ("create", "update", "patch", "delete")
+            and not resource.startswith("events")
+            and (kind is None or resource.startswith(kind))
+            and (sub is None or subresource == sub)
+        )  # fmt: skip
+
+    def status_writes(self) -> int:
+        return self.writes("rayservices", "status")
+
+    def fake(self, cluster: str) -> fake_dashboards.FakeDashboard:
+        return self.dashboards.for_cluster("ns", cluster)
+
+    async def converge_first_cluster(self) -> str:
+        """Create, start and serve the first cluster; returns its name."""
+        await self.client.create(rayservice())
+        await helpers.settle()
+        await self.reconcile()
+        (name,) = await self.live_clusters()
+        await self.start_head(name)
+        await self.reconcile()  # PUT
+        await self.reconcile()  # the 2 s poll: DEPLOYING
+        self.fake(name).set_all("RUNNING")
+        await self.reconcile()  # services
+        await self.publish_endpoints(2)
+        await self.reconcile()  # Ready, in one write with the switch
+        return name
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    (found,) = [c for c in obj["status"]["conditions"] if c["type"] == type_]
+    return found
+
+
+@pytest.fixture
+async def env() -> Any:
+    environment = Env()
+    await environment.cache.start()
+    try:
+        yield environment
+    finally:
+        await environment.cache.stop()
+
+
+async def test_first_pass_adds_the_finalizer_and_creates_one_pending_cluster(env: Env) -> None:
+    await env.client.create(rayservice())
+    await helpers.settle()
+    result = await env.reconcile()
+
+    svc = await env.service()
+    assert reconciler_.FINALIZER in svc["metadata"]["finalizers"]
+    (cluster,) = await env.clusters()
+    name = cluster["metadata"]["name"]
+    assert name.startswith("demo-")
+    assert len(name) == len("demo-") + 5
+    assert cluster["metadata"]["annotations"][clusters.HASH_ANNOTATION] == clusters.spec_hash(
+        svc["spec"]["rayClusterConfig"]
+    )
+    assert svc["status"]["pendingServiceStatus"]["rayClusterName"] == name
+    assert "activeServiceStatus" not in svc["status"]
+    assert condition(svc, "Ready")["reason"] == "Initializing"
+    assert condition(svc, "UpgradeInProgress")["reason"] == "Initializing"
+    assert result.requeue_after is None  # nothing to poll yet: the cluster's events wake it
+
+    # A second pass (the cluster's own watch event) changes nothing.
+    before = env.writes()
+    await env.reconcile()
+    assert env.writes() == before
+    assert len(await env.clusters()) == 1
+
+
+async def test_config_is_submitted_once_head_ready_then_traffic_moves_and_ready(env: Env) -> None:
+    await env.client.create(rayservice())
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    assert env.fake(name).put_count == 0  # no head pod yet: the dashboard is not asked
+
+    await env.start_head(name)
+    result = await env.reconcile()
+    dash = env.fake(name)
+    assert dash.put_count == 1
+    assert [a["name"] for a in dash.last_config["applications"]] == ["fruit", "math"]  # type: ignore[index]
+    cluster = await env.client.get(v1.RAYCLUSTERS, "ns", name)
+    assert cluster["metadata"]["annotations"][clusters.SERVE_CONFIG_ANNOTATION]
+    assert result.requeue_after == 2.0
+    with pytest.raises(errors.NotFound):  # not RUNNING yet: no services
+        await env.client.get(SERVICES, "ns", "demo-serve-svc")
+
+    await env.reconcile()
+    assert dash.put_count == 1  # recorded: not submitted again
+    dash.set_all("RUNNING")
+    writes = env.status_writes()
+    result = await env.reconcile()
+    serve = await env.client.get(SERVICES, "ns", "demo-serve-svc")
+    head = await env.client.get(SERVICES, "ns", "demo-head-svc")
+    assert serve["spec"]["selector"]["ray.io/cluster"] == name
+    assert head["spec"]["selector"]["ray.io/cluster"] == name
+    # The pass that moved traffic waits for the endpoints before reporting.
+    assert env.status_writes() == writes
+    assert result.requeue_after == reconciler_.ENDPOINTS_GRACE
+    await env.reconcile()  # the grace passed without endpoints: reported anyway
+    svc = await env.service()
+    assert svc["status"]["activeServiceStatus"]["rayClusterName"] == name
+    assert "pendingServiceStatus" not in svc["status"]
+    apps = svc["status"]["activeServiceStatus"]["applicationStatuses"]
+    assert {k: v["status"] for k, v in apps.items()} == {"fruit": "RUNNING", "math": "RUNNING"}
+    assert condition(svc, "UpgradeInProgress")["reason"] == "NoPendingCluster"
+    assert condition(svc, "Ready")["status"] == "False"  # no endpoint yet
+
+    await env.publish_endpoints(2)
+    await env.reconcile()
+    svc = await env.service()
+    assert condition(svc, "Ready")["reason"] == "NonZeroServeEndpoints"
+    assert svc["status"]["numServeEndpoints"] == 2
+    assert svc["status"]["serviceStatus"] == "Running"
+
+
+async def test_a_ready_unchanged_service_backs_off_and_writes_nothing(env: Env) -> None:
+    name = await env.converge_first_cluster()
+    # Initializing; the applications deploying; serving and Ready (KubeRay v1.5.0: 4).
+    assert env.status_writes() == 3
+    head = await env.client.get(PODS, "ns", f"{name}-head-x")
+    # Serve reports the head's proxy healthy in the same answer: no /-/healthz needed.
+    env.fake(name).proxies = {"n1": {"node_ip": head["status"]["podIP"], "status": "HEALTHY"}}
+    env.fake(name).health_checks.clear()
+    before = env.writes()
+    gets = env.fake(name).get_count
+    intervals = [(await env.reconcile()).requeue_after for _ in range(5)]
+    assert intervals == [4.0, 8.0, 10.0, 10.0, 10.0]  # the pass that made it Ready: 2 s
+    assert env.writes() == before
+    assert env.fake(name).get_count == gets + 5
+    assert env.fake(name).health_checks == []
+
+    env.fake(name).set_application("fruit", "UNHEALTHY", "replica died")
+    assert (await env.reconcile()).requeue_after == 2.0  # a change: back to 2 s
+    svc = await env.service()
+    fruit = svc["status"]["activeServiceStatus"]["applicationStatuses"]["fruit"]
+    assert fruit == {"status": "UNHEALTHY", "message": "replica died"}
+
+
+async def test_cluster_spec_change_upgrades_through_a_pending_cluster(env: Env) -> None:
+    old = await env.converge_first_cluster()
+    svc = await env.service()
+    svc["spec"]["rayClusterConfig"]["rayVersion"] = "2.61.0"
+    await env.client.update(svc)
+    await helpers.settle()
+
+    await env.reconcile()
+    assert len(await env.live_clusters()) == 2
+    new = next(n for n in await env.live_clusters() if n != old)
+    svc = await env.service()
+    assert svc["status"]["pendingServiceStatus"]["rayClusterName"] == new
+    assert svc["status"]["activeServiceStatus"]["rayClusterName"] == old
+    assert condition(svc, "UpgradeInProgress")["status"] == "True"
+    assert condition(svc, "Ready")["status"] == "True"  # the old cluster still serves
+
+    await env.start_head(new)
+    await env.reconcile()
+    assert env.fake(new).put_count == 1
+    serve = await env.client.get(SERVICES, "ns", "demo-serve-svc")
+    assert serve["spec"]["selector"]["ray.io/cluster"] == old  # not RUNNING yet
+
+    env.fake(new).set_all("RUNNING")
+    await env.reconcile()
+    await env.reconcile()  # the EndpointSlice event (or the grace period)
+    serve = await env.client.get(SERVICES, "ns", "demo-serve-svc")
+    assert serve["spec"]["selector"]["ray.io/cluster"] == new
+    old_cluster = await env.client.get(v1.RAYCLUSTERS, "ns", old)
+    after = old_cluster["metadata"]["annotations"][clusters.DELETE_AFTER_ANNOTATION]
+    assert after == "2026-01-01T00:00:30Z"  # now + rayClusterDeletionDelaySeconds
+    svc = await env.service()
+    assert svc["status"]["activeServiceStatus"]["rayClusterName"] == new
+    assert "pendingServiceStatus" not in svc["status"]
+    assert condition(svc, "UpgradeInProgress")["status"] == "False"
+
+    result = await env.reconcile()
+    assert old in await env.live_clusters()  # not due yet
+    assert result.requeue_after is not None
+    assert result.requeue_after <= 30
+    env.now = T0 + datetime.timedelta(seconds=31)  # a restarted manager would see the same
+    await env.reconcile()
+    assert await env.live_clusters() == [new]
+
+
+async def test_spec_reverted_mid_upgrade_drops_the_pending_cluster(env: Env) -> None:
+    old = await env.converge_first_cluster()
+    svc = await env.service()
+    original = copy.deepcopy(svc["spec"])
+    svc["spec"]["rayClusterConfig"]["rayVersion"] = "2.61.0"
+    svc = await env.client.update(svc)
+    await helpers.settle()
+    await env.reconcile()
+    assert len(await env.live_clusters()) == 2
+
+    svc = await env.service()
+    svc["spec"] = original
+    await env.client.update(svc)
+    await helpers.settle()
+    await env.reconcile()
+    assert await env.live_clusters() == [old]  # never served: deleted at once
+    svc = await env.service()
+    assert condition(svc, "RollbackInProgress")["status"] == "True"
+    assert "pendingServiceStatus" not in svc["status"]
+
+
+async def test_appended_worker_group_updates_the_active_cluster_in_place(env: Env) -> None:
+    name = await env.converge_first_cluster()
+    svc = await env.service()
+    groups = svc["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    groups.append({**copy.deepcopy(groups[0]), "groupName": "extra"})
+    await env.client.update(svc)
+    await helpers.settle()
+    await env.reconcile()
+    assert await env.live_clusters() == [name]
+    cluster = await env.client.get(v1.RAYCLUSTERS, "ns", name)
+    assert [g["groupName"] for g in cluster["spec"]["workerGroupSpecs"]] == ["small", "extra"]
+    assert cluster["metadata"]["annotations"][clusters.NUM_WORKER_GROUPS_ANNOTATION] == "2"
+
+
+async def test_serve_config_change_is_submitted_in_place(env: Env) -> None:
+    name = await env.converge_first_cluster()
+    svc = await env.service()
+    svc["spec"]["serveConfigV2"] = SERVE_CONFIG.replace("/calc", "/math")
+    await env.client.update(svc)
+    await helpers.settle()
+    await env.reconcile()
+    assert await env.live_clusters() == [name]
+    assert env.fake(name).put_count == 2
+    assert env.fake(name).last_config["applications"][1]["route_prefix"] == "/math"  # type: ignore[index]
+
+
+async def test_a_put_whose_annotation_was_lost_is_not_submitted_again(env: Env) -> None:
+    """A crash between the PUT and the annotation: the dashboard already runs the config."""
+    await env.client.create(rayservice())
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name)
+    await env.reconcile()
+    assert env.fake(name).put_count == 1
+    forget = {"metadata": {"annotations": {clusters.SERVE_CONFIG_ANNOTATION: None}}}
+    await env.client.patch(v1.RAYCLUSTERS, "ns", name, forget)
+    await helpers.settle()
+    fresh = reconciler_.Reconciler(  # a restarted manager: nothing in memory
+        env.client, env.cache, env.recorder, env.dashboards,
+        reconciler_.Options(address_mode="pod-ip"), clock=lambda: env.now,
+    )  # fmt: skip
+    await fresh.reconcile(REQUEST)
+    await helpers.settle()
+    assert env.fake(name).put_count == 1
+    cluster = await env.client.get(v1.RAYCLUSTERS, "ns", name)
+    assert clusters.SERVE_CONFIG_ANNOTATION in cluster["metadata"]["annotations"]
+
+
+async def test_a_restarted_head_gets_the_config_again(env: Env) -> None:
+    name = await env.converge_first_cluster()
+    env.fake(name).restart()
+    await env.reconcile()
+    assert env.fake(name).put_count == 2
+
+
+async def test_invalid_serve_config_is_terminal_and_written_once(env: Env) -> None:
+    await env.client.create(rayservice(serveConfigV2="applications: [\n  - name: a\n bad"))
+    await helpers.settle()
+    with pytest.raises(reconcile.TerminalError):
+        await env.reconcile()
+    svc = await env.service()
+    ready = condition(svc, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ValidationFailed")
+    assert "serveConfigV2" in ready["message"]
+    assert await env.clusters() == []
+    writes = env.status_writes()
+    with pytest.raises(reconcile.TerminalError):
+        await env.reconcile()
+    assert env.status_writes() == writes
+
+
+async def test_dashboard_down_raises_after_writing_what_is_known(env: Env) -> None:
+    await env.client.create(rayservice())
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name)
+    env.fake(name).fail("get", dashboard.DashboardUnreachable("refused"))
+    with pytest.raises(Exception, match="cannot read Serve applications"):
+        await env.reconcile()
+    assert env.fake(name).put_count == 0
+
+
+async def test_excluded_head_pod_is_labelled_not_serving(env: Env) -> None:
+    await env.client.create(rayservice(excludeHeadPodFromServeSvc=True))
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name, serve="true")
+    await env.reconcile()
+    pod = await env.client.get(PODS, "ns", f"{name}-head-x")
+    assert pod["metadata"]["labels"]["ray.io/serve"] == "false"
+    assert env.fake(name).health_checks == []
+
+
+async def test_head_serve_label_follows_proxy_health(env: Env) -> None:
+    await env.client.create(rayservice())
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name)
+    await env.reconcile()
+    pod = await env.client.get(PODS, "ns", f"{name}-head-x")
+    assert pod["metadata"]["labels"]["ray.io/serve"] == "true"
+    env.fake(name).proxy_healthy = False
+    await env.reconcile()
+    pod = await env.client.get(PODS, "ns", f"{name}-head-x")
+    assert pod["metadata"]["labels"]["ray.io/serve"] == "false"
+
+
+async def test_suspend_deletes_clusters_and_resume_recreates(env: Env) -> None:
+    await env.converge_first_cluster()
+    svc = await env.service()
+    svc["spec"]["suspend"] = True
+    await env.client.update(svc)
+    await helpers.settle()
+    await env.reconcile()
+    assert await env.live_clusters() == []
+    svc = await env.service()
+    assert condition(svc, "Suspending")["status"] == "True"  # the clusters were still there
+    await env.reconcile()  # their deletion events
+    svc = await env.service()
+    assert condition(svc, "Suspended")["status"] == "True"
+    assert condition(svc, "Suspending")["status"] == "False"
+    svc["spec"]["suspend"] = False
+    await env.client.update(svc)
+    await helpers.settle()
+    await env.reconcile()
+    assert len(await env.live_clusters()) == 1
+
+
+async def test_initializing_timeout_cleans_up_and_stops(env: Env) -> None:
+    body = rayservice()
+    body["metadata"]["annotations"] = {"ray.io/initializing-timeout": "60s"}
+    await env.client.create(body)
+    await helpers.settle()
+    result = await env.reconcile()
+    assert result.requeue_after == 60.0  # wakes up at the deadline
+    assert len(await env.live_clusters()) == 1
+    env.now = T0 + datetime.timedelta(seconds=61)
+    await env.reconcile()
+    assert await env.live_clusters() == []
+    svc = await env.service()
+    assert condition(svc, "Ready")["reason"] == "InitializingTimeout"
+    writes = env.writes()
+    assert (await env.reconcile()).requeue_after is None
+    assert env.writes() == writes  # no retries until the spec changes
+
+
+async def test_deletion_removes_clusters_then_the_finalizer(env: Env) -> None:
+    await env.converge_first_cluster()
+    await env.client.delete(v1.RAYSERVICES, "ns", "demo")
+    await helpers.settle()
+    await env.reconcile()
+    assert await env.live_clusters() == []
+    # The fake has no garbage collector or RayCluster controller: the clusters go at once.
+    await env.reconcile()
+    with pytest.raises(errors.NotFound):
+        await env.service()
+
+
+async def test_a_foreign_service_is_never_overwritten(env: Env) -> None:
+    await env.client.create({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "demo-serve-svc", "namespace": "ns"},
+        "spec": {"selector": {"app": "someone-else"}, "ports": [{"port": 80}]},
+    })  # fmt: skip
+    await env.client.create(rayservice())
+    await helpers.settle()
+    await env.reconcile()
+    svc = await env.service()
+    ready = condition(svc, "Ready")
+    assert ready["reason"] == "ServiceNotOwned"
+    assert "demo-serve-svc" in ready["message"]
+    foreign = await env.client.get(SERVICES, "ns", "demo-serve-svc")
+    assert foreign["spec"]["selector"] == {"app": "someone-else"}
