@@ -27,13 +27,17 @@ CLUSTER_DIR := .cluster
 controlplane: ## Build (or reuse) etcd, kube-apiserver, ... from Go modules into ~/.cache
 	@$(CONTROLPLANE_BUILD) >/dev/null
 
+.PHONY: ray
+ray: ## Install (or reuse) ray[serve] in its own venv under ~/.cache, for the real-Ray tests
+	@hack/realray/install.sh >/dev/null
+
 COVERAGE_DIR := build/coverage
 
 # One run: pytest under coverage.py (branch, subprocesses too: [tool.coverage] in
 # pyproject.toml), then the table and the floors (the total's `fail_under` in pyproject,
 # per-package ones in hack/coverage_floor.py). Fails if the tests or a floor fail.
 .PHONY: test
-test: $(STAMP) controlplane ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
+test: $(STAMP) controlplane ray ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
 	@rm -rf $(COVERAGE_DIR)
 	@status=0; $(PY) -m coverage run -m pytest || status=$$?; \
 	$(PY) -m coverage combine -q && \

@@ -1,0 +1,11 @@
+"""``python -m hack.realray reap``: remove the pod namespaces of harnesses that died."""
+
+import sys
+
+from hack import realray
+
+if sys.argv[1:] != ["reap"]:
+    print("usage: python -m hack.realray reap", file=sys.stderr)
+    sys.exit(2)
+for line in realray.reap():
+    print(line)
