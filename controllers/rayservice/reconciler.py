@@ -482,9 +482,11 @@ class Reconciler:
 
     async def _serve(self, obj: Obj, cluster: Obj) -> tuple[dict[str, Any] | None, bool, bool]:
         """Serve on ``cluster``: its applications, whether all are RUNNING, and whether
-        the dashboard was polled."""
+        the dashboard was polled. Without a ``serveConfigV2`` there is nothing to
+        deploy or watch (KubeRay would PUT an empty config Serve refuses)."""
+        config = validation.serve_config(obj)
         head = await self._head_pod(cluster)
-        if head is None or not raycluster_status.is_running_and_ready(head):
+        if not config or head is None or not raycluster_status.is_running_and_ready(head):
             return None, False, False
         namespace, cluster_name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
         try:
@@ -504,17 +506,20 @@ class Reconciler:
         except dashboard.DashboardError as exc:
             raise _ServeFailed(f"cannot read Serve applications of {cluster_name}: {exc}") from exc
 
-        config = validation.serve_config(obj) or {}
         want = clusters.serve_config_hash(config)
         have = (cluster["metadata"].get("annotations") or {}).get(clusters.SERVE_CONFIG_ANNOTATION)
         submitted = False
-        if config and (have != want or not details.applications):
+        if have != want or not details.applications:
             if not _runs(details, config):
                 try:
                     await client.put_serve_applications(config)
                 except dashboard.DashboardError as exc:
-                    self.recorder.event(obj, "Warning", "FailedToUpdateServeApplications",
-                                        f"RayCluster {cluster_name}: {exc}")  # fmt: skip
+                    # A PUT that timed out may still deploy (Ray starts Serve on the first
+                    # one, which takes longer than the timeout): the next pass sees it in
+                    # deployed_app_config. Anything else is worth an Event.
+                    if not isinstance(exc, dashboard.DashboardTimeout):
+                        self.recorder.event(obj, "Warning", "FailedToUpdateServeApplications",
+                                            f"RayCluster {cluster_name}: {exc}")  # fmt: skip
                     raise _ServeFailed(
                         f"cannot submit the Serve config to {cluster_name}: {exc}"
                     ) from exc

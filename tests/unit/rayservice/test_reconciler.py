@@ -524,3 +524,33 @@ async def test_a_foreign_service_is_never_overwritten(env: Env) -> None:
     assert "demo-serve-svc" in ready["message"]
     foreign = await env.client.get(SERVICES, "ns", "demo-serve-svc")
     assert foreign["spec"]["selector"] == {"app": "someone-else"}
+
+
+async def test_a_timed_out_put_is_retried_quietly_a_refused_one_is_an_event(env: Env) -> None:
+    await env.client.create(rayservice())
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name)
+    dash = env.fake(name)
+    dash.fail("put", dashboard.DashboardTimeout("timed out after 2 s"), times=1)
+    with pytest.raises(Exception, match="cannot submit the Serve config"):
+        await env.reconcile()
+    await env.recorder.flush()
+    reasons = [e["reason"] for e in (await env.client.list(EVENTS, "ns")).items]
+    assert "FailedToUpdateServeApplications" not in reasons  # Serve may still be deploying it
+    await env.reconcile()  # the retry
+    assert dash.put_count == 1
+
+    svc = await env.service()
+    svc["spec"]["serveConfigV2"] = SERVE_CONFIG.replace("/calc", "/math")
+    await env.client.update(svc)
+    await helpers.settle()
+    dash.fail("put", dashboard.DashboardHTTPError(400, "bad config"), times=1)
+    with pytest.raises(Exception, match="cannot submit the Serve config"):
+        await env.reconcile()
+    await env.recorder.flush()
+    events_ = (await env.client.list(EVENTS, "ns")).items
+    refused = [e for e in events_ if e["reason"] == "FailedToUpdateServeApplications"]
+    assert len(refused) == 1
+    assert "bad config" in refused[0]["message"]
