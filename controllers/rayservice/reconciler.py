@@ -133,6 +133,11 @@ class Options:
 class _ServeFailed(Exception):
     """The dashboard could not be read or refused the config (retried with backoff)."""
 
+    def __init__(self, message: str, *, refusal: str | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        """Serve's answer when it refused the config (worth showing in the status)."""
+
 
 @dataclasses.dataclass
 class _Poll:
@@ -201,9 +206,10 @@ class Reconciler:
         problems = validation.problems(obj)
         if problems:
             message = "; ".join(problems)
-            self.recorder.event(obj, "Warning", "InvalidRayServiceSpec", message)
+            self._warn_once(obj, "ValidationFailed", "InvalidRayServiceSpec", message)
             await self._write(obj, status_.Observed(
-                problem=status_.Problem(reason="ValidationFailed", message=message)
+                num_serve_endpoints=await self._serve_endpoints(obj),
+                problem=status_.Problem(reason="ValidationFailed", message=message),
             ))  # fmt: skip
             self._polls.pop(request, None)
             raise reconcile_.TerminalError(message)
@@ -245,7 +251,7 @@ class Reconciler:
                 f"Service {s['metadata']['name']} exists and is not controlled by this RayService"
                 for s in foreign
             )
-            self.recorder.event(obj, "Warning", "ServiceNotOwned", message)
+            self._warn_once(obj, "ServiceNotOwned", "ServiceNotOwned", message)
             await self._write(obj, status_.Observed(
                 num_serve_endpoints=endpoints,
                 problem=status_.Problem(reason="ServiceNotOwned", message=message),
@@ -255,6 +261,8 @@ class Reconciler:
         config = spec.get("rayClusterConfig") or {}
         selected = services.selected_cluster(head_svc) if head_svc is not None else None
         active = next((c for c in live if c["metadata"]["name"] == selected), None)
+        if active is not None:
+            active = await self._keep(active)  # a delete-after left by an abandoned switch
         pending: Obj | None = None
         wake: list[float] = []
 
@@ -271,6 +279,11 @@ class Reconciler:
             if pending is None:  # its name is still held by a cluster being deleted
                 wake.append(self.options.serve_poll_interval)
         claimed = {c["metadata"]["name"] for c in (active, pending) if c is not None}
+        # Never delete what a service selects, even when the two disagree (a crash between
+        # re-pointing one and the other): traffic may still go there.
+        claimed.update(
+            n for n in (services.selected_cluster(s) for s in (head_svc, serve_svc) if s) if n
+        )
         dangling = [c for c in owned if c["metadata"]["name"] not in claimed]
         rolling_back = (
             active is not None
@@ -282,16 +295,20 @@ class Reconciler:
         )
         wake.extend(await self._clean_up(obj, dangling))
 
-        target = pending if pending is not None else active
+        # A new cluster is needed but cannot be created yet: Serve waits for it (the
+        # serving cluster keeps its config, which belongs with its own image).
+        target = pending if need_new else active
         apps: dict[str, Any] | None = None
         ready = False
         failure: _ServeFailed | None = None
+        serve_error: str | None = None
         polled = False
         if target is not None:
             try:
                 apps, ready, polled = await self._serve(obj, target)
             except _ServeFailed as exc:
                 failure = exc
+                serve_error = exc.refusal
         if ready and target is not None and failure is None:
             routed = await self._route(obj, target, active, head_svc, serve_svc)
             if routed != (head_svc, serve_svc):
@@ -315,6 +332,7 @@ class Reconciler:
             pending=report(pending),
             num_serve_endpoints=endpoints,
             rolling_back=rolling_back,
+            serve_error=serve_error,
         ))  # fmt: skip
         if failure is not None:
             raise failure
@@ -363,6 +381,20 @@ class Reconciler:
                 continue
             self.recorder.event(obj, "Normal", "DeletedRayCluster",
                                 f"Deleted RayCluster {meta['name']}: {why}")  # fmt: skip
+
+    def _warn_once(self, obj: Obj, condition_reason: str, event_reason: str, message: str) -> None:
+        """A Warning Event, unless the status already reports exactly this (each repeat
+        would be a write: the recorder's count PATCH)."""
+        ready = status_.condition(obj.get("status"), status_.READY)
+        generation = int(obj["metadata"].get("generation") or 0)
+        if (
+            ready is not None
+            and ready.get("reason") == condition_reason
+            and ready.get("message") == message
+            and int(ready.get("observedGeneration") or 0) == generation
+        ):
+            return
+        self.recorder.event(obj, "Warning", event_reason, message)
 
     def _timed_out(self, obj: Obj, endpoints: int) -> str | None:
         """``None``: not timed out. ``""``: timed out in an earlier pass (same generation).
@@ -520,8 +552,14 @@ class Reconciler:
                     if not isinstance(exc, dashboard.DashboardTimeout):
                         self.recorder.event(obj, "Warning", "FailedToUpdateServeApplications",
                                             f"RayCluster {cluster_name}: {exc}")  # fmt: skip
+                    refusal = (
+                        f"Serve refused the config: {exc}"
+                        if isinstance(exc, dashboard.DashboardHTTPError)
+                        else None
+                    )
                     raise _ServeFailed(
-                        f"cannot submit the Serve config to {cluster_name}: {exc}"
+                        f"cannot submit the Serve config to {cluster_name}: {exc}",
+                        refusal=refusal,
                     ) from exc
                 submitted = True
             if have != want:
@@ -570,7 +608,8 @@ class Reconciler:
         nothing was written."""
         switching = active is not None and active is not target
         if switching and active is not None:
-            delay = int((obj.get("spec") or {}).get("rayClusterDeletionDelaySeconds", 60))
+            given = (obj.get("spec") or {}).get("rayClusterDeletionDelaySeconds")
+            delay = 60 if given is None else int(given)
             after = _rfc3339(self.clock() + datetime.timedelta(seconds=delay))
             annotations = active["metadata"].get("annotations") or {}
             if clusters.DELETE_AFTER_ANNOTATION not in annotations:

@@ -18,12 +18,17 @@ when it means something new, so the rules here decide what a write is:
 - ``numServeEndpoints``: ready endpoints of the serve service;
 - condition ``Ready`` (KubeRay's rules): ``True``/``NonZeroServeEndpoints`` while
   the serve service has a ready endpoint; ``False``/``ZeroServeEndpoints`` when
-  that drops to zero after having been ready; otherwise ``False``/
+  that drops to zero after having been ready (and while it stays zero: such a
+  service does not go back to ``Initializing``, KubeRay's rule); otherwise ``False``/
   ``Initializing`` (first seen), which turns into ``False``/``InitializingTimeout``
   once the ``ray.io/initializing-timeout`` has passed since the condition's
   ``lastTransitionTime`` (then clusters are removed and nothing is retried until the
   spec changes: a new ``generation`` starts ``Initializing`` afresh);
-  ``False``/``ValidationFailed`` for a spec that cannot be reconciled;
+  ``False`` with a :class:`Problem`'s reason (``ValidationFailed``, ``ServiceNotOwned``)
+  for a spec that cannot be reconciled: then everything else the status said about
+  the clusters is kept as it was (the pass never looked at them), as KubeRay sets
+  only ``Ready``. While ``Ready`` is ``False`` and Serve refuses the config
+  (:attr:`Observed.serve_error`), its message says so;
 - condition ``UpgradeInProgress``: ``True``/``BothActivePendingClustersExist``,
   ``False``/``NoPendingCluster`` (only an active cluster), ``False``/``Initializing``
   before any cluster served, ``Unknown``/``NoActiveCluster`` when the active
@@ -122,6 +127,9 @@ class Observed:
     """A spec that cannot be reconciled (reason ``ValidationFailed``). Default none."""
     timed_out: str | None = None
     """The message of an initializing timeout that passed in this pass, if one did."""
+    serve_error: str | None = None
+    """Serve refused the config (its answer): shown in ``Ready``'s message while it is
+    ``False``."""
 
 
 def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
@@ -179,6 +187,11 @@ def _cluster_status(report: ClusterReport | None, previous: Mapping[str, Any] | 
     return entry
 
 
+def _initializing(serve_error: str | None) -> str:
+    base = "RayService is initializing"
+    return f"{base}; {serve_error}" if serve_error else base
+
+
 def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
     """The RayService's new ``status`` (see the module docstring)."""
     old: Mapping[str, Any] = service.get("status") or {}
@@ -204,6 +217,21 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         }
 
     new: Obj = {"observedGeneration": generation}
+    if observed.problem is not None and observed.active is None and observed.pending is None:
+        # A problem stops the pass before the clusters are looked at: what the status said
+        # about them still holds (only Ready reports the problem, as KubeRay's does).
+        kept = {k: v for k, v in old.items()
+                if k not in ("conditions", "lastUpdateTime", "observedGeneration")}  # fmt: skip
+        new.update(kept)
+        new["numServeEndpoints"] = observed.num_serve_endpoints
+        set_(READY, "False", observed.problem.reason, observed.problem.message)
+        for type_, cond in previous.items():
+            if type_ != READY and type_ is not None:
+                conditions[type_] = dict(cond)
+        order = [READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED]
+        new["conditions"] = [conditions[t] for t in order if t in conditions]
+        new["serviceStatus"] = ""
+        return new
     active = _cluster_status(observed.active, old.get("activeServiceStatus"))
     pending = _cluster_status(observed.pending, old.get("pendingServiceStatus"))
     if active is not None:
@@ -214,7 +242,10 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
 
     # Ready
     old_ready = previous.get(READY)
-    was_ready = old_ready is not None and old_ready.get("status") == "True"
+    was_ready = old_ready is not None and (
+        old_ready.get("status") == "True"
+        or old_ready.get("reason") == _REASONS.ZERO_SERVE_ENDPOINTS
+    )  # once ready, zero endpoints stay ZeroServeEndpoints: it is not initializing again
     if observed.problem is not None:
         set_(READY, "False", observed.problem.reason, observed.problem.message)
     elif observed.num_serve_endpoints > 0:
@@ -238,10 +269,14 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         and int(old_ready.get("observedGeneration") or 0) == generation
     ):
         conditions[READY] = dict(old_ready)  # initializing: keep its start time
+        conditions[READY]["message"] = _initializing(observed.serve_error)
     else:
-        set_(READY, "False", _REASONS.INITIALIZING, "RayService is initializing")
+        set_(READY, "False", _REASONS.INITIALIZING, _initializing(observed.serve_error))
         if old_ready is not None and old_ready.get("status") == "False":
             conditions[READY]["lastTransitionTime"] = now  # a new generation starts afresh
+    ready_now = conditions[READY]
+    if ready_now["reason"] == _REASONS.ZERO_SERVE_ENDPOINTS and observed.serve_error:
+        ready_now["message"] = f"Number of serve endpoints dropped to 0; {observed.serve_error}"
 
     # UpgradeInProgress
     old_upgrade = previous.get(UPGRADE_IN_PROGRESS)
