@@ -694,13 +694,20 @@ def _upgrade_type(spec: Mapping[str, Any]) -> str:
 
 def _runs(details: Any, config: Mapping[str, Any]) -> bool:
     """Whether Serve already runs exactly ``config``'s applications (a PUT made before a
-    crash, whose annotation was never written)."""
-    wanted = {a.get("name"): a for a in config.get("applications") or ()}
-    deployed = {
-        name: (app.model_extra or {}).get("deployed_app_config")
-        for name, app in details.applications.items()
-    }
-    return bool(wanted) and deployed == wanted
+    crash, whose annotation was never written): the same application names, and every
+    field the config sets equal in what Serve reports as deployed (Serve may add its
+    defaults, such as ``route_prefix: /``)."""
+    wanted = {str(a.get("name") or "default"): a for a in config.get("applications") or ()}
+    deployed: dict[str, Mapping[str, Any]] = {}
+    for name, app in details.applications.items():
+        reported = (app.model_extra or {}).get("deployed_app_config")
+        deployed[name] = reported if isinstance(reported, Mapping) else {}
+    if not wanted or set(wanted) != set(deployed):
+        return False
+    return all(
+        all(deployed[name].get(key) == value for key, value in app.items())
+        for name, app in wanted.items()
+    )
 
 
 def _proxy_status(details: Any, ip: str | None) -> str | None:

@@ -554,3 +554,31 @@ async def test_a_timed_out_put_is_retried_quietly_a_refused_one_is_an_event(env:
     refused = [e for e in events_ if e["reason"] == "FailedToUpdateServeApplications"]
     assert len(refused) == 1
     assert "bad config" in refused[0]["message"]
+
+
+async def test_serve_defaults_in_the_deployed_config_do_not_cause_a_second_put(env: Env) -> None:
+    """Serve reports ``deployed_app_config`` with its own additions; what the config sets
+    is what must match."""
+    await env.client.create(rayservice())
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name)
+    await env.reconcile()
+    dash = env.fake(name)
+    for app_name, app in list(dash.applications.items()):
+        reported = {**app.model_extra["deployed_app_config"], "args": {}}  # type: ignore[index]
+        dash.applications[app_name] = app.model_copy(update={"deployed_app_config": reported})
+    forget = {"metadata": {"annotations": {clusters.SERVE_CONFIG_ANNOTATION: None}}}
+    await env.client.patch(v1.RAYCLUSTERS, "ns", name, forget)
+    await helpers.settle()
+    await env.reconcile()
+    assert dash.put_count == 1
+    # A config that differs in a field it sets is submitted.
+    first = dash.applications["fruit"]
+    changed = {**first.model_extra["deployed_app_config"], "import_path": "old:app"}  # type: ignore[index]
+    dash.applications["fruit"] = first.model_copy(update={"deployed_app_config": changed})
+    await env.client.patch(v1.RAYCLUSTERS, "ns", name, forget)
+    await helpers.settle()
+    await env.reconcile()
+    assert dash.put_count == 2
