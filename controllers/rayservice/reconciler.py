@@ -52,10 +52,10 @@ cache (never from the API server) or from the Ray dashboard:
    active cluster gets its ``delete-after`` first;
 7. the status (:func:`controllers.rayservice.status.compute`), handed to the
    status writer (at most one write per pass, none when nothing changed). A pass
-   that has just created or re-pointed the services does not report: the serve
-   endpoints follow within about a second and the next pass (woken by their
-   EndpointSlice, or after :data:`ENDPOINTS_GRACE`) reports the switch and the
-   endpoints in one write.
+   that has just created or re-pointed the services does not report, nor do the
+   passes after it while the serve service has no endpoint, for up to
+   :data:`ENDPOINTS_GRACE`: the endpoints follow within about a second (their
+   EndpointSlice wakes us), and one write then reports the switch and the endpoints.
 
 **When it runs again.** Watches (see :func:`controllers.rayservice.setup`) wake it on
 spec changes, on any change to its clusters and services, and on the serve
@@ -101,8 +101,8 @@ SERVICES = raycluster_reconciler.SERVICES
 PODS = raycluster_reconciler.PODS
 ENDPOINT_SLICES = resources.default_registry.for_kind("discovery.k8s.io/v1", "EndpointSlice")
 SERVE_LABEL = "ray.io/serve"
-ENDPOINTS_GRACE = 1.0
-"""Seconds a pass that moved traffic waits for the serve endpoints before it reports."""
+ENDPOINTS_GRACE = 3.0
+"""Seconds after traffic moved during which a report waits for the serve endpoints."""
 _SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
@@ -182,6 +182,9 @@ class Reconciler:
         )
         self.log = structlog.get_logger("controllers.rayservice")
         self._polls: dict[reconcile_.Request, _Poll] = {}
+        self._moved: dict[reconcile_.Request, datetime.datetime] = {}
+        """When traffic last moved, per RayService: a hint that holds the report back
+        until the serve endpoints show (losing it costs at most one status write)."""
 
     def _now_text(self) -> str:
         return _rfc3339(self.clock())
@@ -193,9 +196,11 @@ class Reconciler:
             obj = await self.cache.get(v1.RAYSERVICES, request.namespace, request.name)
         except errors.NotFound:
             self._polls.pop(request, None)
+            self._moved.pop(request, None)
             return reconcile_.Result()
         if obj["metadata"].get("deletionTimestamp"):
             self._polls.pop(request, None)
+            self._moved.pop(request, None)
             return await self._finalize(obj)
         managed_by = (obj.get("spec") or {}).get("managedBy")
         if managed_by not in (None, "", raycluster_reconciler.MANAGED_BY):
@@ -316,7 +321,15 @@ class Reconciler:
                 # second (an EndpointSlice event wakes us). Report the new state once,
                 # with them, rather than now and again then.
                 self._polls.pop(request, None)
+                self._moved[request] = self.clock()
                 return reconcile_.Result(requeue_after=ENDPOINTS_GRACE)
+        moved = self._moved.get(request)
+        if moved is not None:
+            waited = (self.clock() - moved).total_seconds()
+            if endpoints == 0 and waited < ENDPOINTS_GRACE and failure is None:
+                # Woken by our own Service writes, before the EndpointSlice: not yet.
+                return reconcile_.Result(requeue_after=ENDPOINTS_GRACE - waited)
+            del self._moved[request]
 
         def report(cluster: Obj | None) -> status_.ClusterReport | None:
             if cluster is None:

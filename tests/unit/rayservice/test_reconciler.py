@@ -242,7 +242,11 @@ async def test_config_is_submitted_once_head_ready_then_traffic_moves_and_ready(
     # The pass that moved traffic waits for the endpoints before reporting.
     assert env.status_writes() == writes
     assert result.requeue_after == reconciler_.ENDPOINTS_GRACE
+    await env.reconcile()  # woken by its own Service writes: still no endpoint, waits
+    assert env.status_writes() == writes
+    env.now += datetime.timedelta(seconds=reconciler_.ENDPOINTS_GRACE)
     await env.reconcile()  # the grace passed without endpoints: reported anyway
+    assert env.status_writes() == writes + 1
     svc = await env.service()
     assert svc["status"]["activeServiceStatus"]["rayClusterName"] == name
     assert "pendingServiceStatus" not in svc["status"]
