@@ -266,8 +266,6 @@ class Reconciler:
         config = spec.get("rayClusterConfig") or {}
         selected = services.selected_cluster(head_svc) if head_svc is not None else None
         active = next((c for c in live if c["metadata"]["name"] == selected), None)
-        if active is not None:
-            active = await self._keep(active)  # a delete-after left by an abandoned switch
         pending: Obj | None = None
         wake: list[float] = []
 
@@ -279,6 +277,8 @@ class Reconciler:
                 need_new = False
             elif match is clusters.Match.EXACT or _upgrade_type(spec) == "None":
                 need_new = False
+        if active is not None and not need_new:
+            active = await self._keep(active)  # a delete-after left by an abandoned switch
         if need_new:
             pending = await self._pending(obj, active, live, config)
             if pending is None:  # its name is still held by a cluster being deleted
@@ -625,7 +625,10 @@ class Reconciler:
             delay = 60 if given is None else int(given)
             after = _rfc3339(self.clock() + datetime.timedelta(seconds=delay))
             annotations = active["metadata"].get("annotations") or {}
-            if clusters.DELETE_AFTER_ANNOTATION not in annotations:
+            stamped = _time(annotations.get(clusters.DELETE_AFTER_ANNOTATION))
+            if stamped is None or stamped <= self.clock():
+                # Absent, or left in the past by an abandoned switch: a fresh delay. One
+                # still ahead was written by this switch before a crash: kept.
                 await self._annotate(active, {clusters.DELETE_AFTER_ANNOTATION: after})
         head_svc = await self._point(obj, head_svc, services.head_service(obj, target))
         serve_svc = await self._point(obj, serve_svc, services.serve_service(obj, target))

@@ -400,7 +400,9 @@ class Client:
         resource_version: str | None = None,
         page_size: int = 500,
     ) -> ListResult:
-        """Every page of a list (``limit``/``continue``), and the list's resourceVersion."""
+        """Every page of a list (``limit``/``continue``), and the list's resourceVersion.
+        Each item names its ``apiVersion`` and ``kind`` (the server omits them for
+        built-in kinds)."""
         items: list[Obj] = []
         token: str | None = None
         list_rv = ""
@@ -414,7 +416,14 @@ class Client:
                 "resourceVersion": resource_version if token is None else None,
             }
             page = await self.request("GET", resource.path(namespace), query=query)
-            items.extend(page.get("items") or [])
+            for item in page.get("items") or ():
+                # The server leaves apiVersion and kind out of the items of built-in kinds'
+                # lists; every object we hand out names its kind, as client-go's
+                # unstructured lists do, so it can be written back as it is.
+                if isinstance(item, dict):
+                    item.setdefault("apiVersion", resource.api_version)
+                    item.setdefault("kind", resource.kind)
+                items.append(item)
             meta = page.get("metadata") or {}
             list_rv = meta.get("resourceVersion", list_rv)
             token = meta.get("continue") or None

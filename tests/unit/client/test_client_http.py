@@ -146,7 +146,8 @@ async def test_list_follows_continue_tokens(server: tuple[Server, client_.Client
         web.json_response({"metadata": {"resourceVersion": "10"}, "items": [{"n": 2}]}),
     ]  # fmt: skip
     result = await client.list(CM, "ns", resource_version="0", page_size=1)
-    assert result.items == [{"n": 1}, {"n": 2}]
+    named = {"apiVersion": "v1", "kind": "ConfigMap"}  # the server leaves them out
+    assert result.items == [{"n": 1, **named}, {"n": 2, **named}]
     assert result.resource_version == "10"
     assert "resourceVersion=0" in srv.requests[0][1]
     assert "continue=t1" in srv.requests[1][1]
