@@ -119,6 +119,18 @@ class Simulator:
         """``{"ips": [...live heads inside...], "host_rss_kib": ..., "inside_rss_kib": ...}``."""
         return self._call("GET", "/state")
 
+    def requests(self) -> dict[tuple[str, str, str, str], int]:
+        """Requests the heads got since the simulator started, by (pod IP, port name,
+        method, path): port names ``dashboard``, ``serve``, ``agent``; a connection reset
+        before any request (no live head there, dashboard down, no Serve yet) has method
+        and path ``""``. Counted inside, so requests through the API server's pod and
+        service proxies are here too (:func:`tests.integration.rayservice_harness.serve_puts`
+        and ``hack/bench/rayservice.py`` count with it)."""
+        return {
+            (str(ip), str(port), str(method), str(path)): int(count)
+            for ip, port, method, path, count in self.state().get("requests", [])
+        }
+
     def fault(self, ip: str, **switches: Any) -> dict[str, Any]:
         """Flip fault switches of the head at ``ip``: ``dashboard_down=True``,
         ``slow_s=0.5``, ``unhealthy="<app>"``, ``restart=True``."""

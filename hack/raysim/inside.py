@@ -31,13 +31,19 @@ Operations:
   answer), ``unhealthy`` (an application name that turns ``UNHEALTHY``), ``restart``
   (true: the head forgets its applications). Answers ``{"ok": false, "error": ...}`` for
   an unknown IP.
-- ``{"op": "state"}`` - ``{"ips": [...], "rss_kib": ...}``.
+- ``{"op": "state"}`` - ``{"ips": [...], "rss_kib": ..., "requests": [[ip, port name,
+  method, path, count], ...]}``: ``requests`` counts every HTTP request that reached a
+  listener since start (answered or reset), by the pod IP dialled, and every connection
+  reset before a request was read (an IP with no live head, a dashboard that is down,
+  ``:8000`` before Serve runs) with method and path ``""`` - what tests and benchmarks
+  count the operator's data-plane traffic with.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -97,7 +103,9 @@ class _Gate(asyncio.Protocol):
         self._inner: Any = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._inside.accepts(_local_ip(transport), self._port_name):
+        ip = _local_ip(transport)
+        if not self._inside.accepts(ip, self._port_name):
+            self._inside.requests[(ip, self._port_name, "", "")] += 1
             _reset(transport)
             return
         self._inner = self._server()
@@ -143,6 +151,8 @@ class Inside:
         self.clock = clock
         self.ports = dict(ports or DEFAULT_PORTS)
         self.heads: dict[str, _HeadState] = {}
+        self.requests: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        """Requests by (pod IP, port name, method, path); resets before a request: ``""``."""
         self._servers: list[asyncio.base_events.Server] = []
         self._web: list[web.Server] = []
 
@@ -255,6 +265,8 @@ class Inside:
         ]
 
         async def handle(request: web_request.BaseRequest) -> web.StreamResponse:
+            key = (_local_ip(request.transport), port_name, request.method, request.path)
+            self.requests[key] += 1
             try:
                 return await route(request)
             except _Refused:
@@ -337,7 +349,10 @@ async def _serve_channel(inside: Inside) -> None:
         elif op == "fault":
             answer = inside.fault(message)
         elif op == "state":
-            answer = {"ok": True, "ips": sorted(inside.heads), "rss_kib": _rss_kib()}
+            answer = {
+                "ok": True, "ips": sorted(inside.heads), "rss_kib": _rss_kib(),
+                "requests": [[*key, n] for key, n in sorted(inside.requests.items())],
+            }  # fmt: skip
         else:
             answer = {"ok": False, "error": f"unknown op {op!r}"}
         answer["id"] = message.get("id")
