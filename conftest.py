@@ -13,7 +13,12 @@ structlog.configure(
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso"),
-        structlog.dev.ConsoleRenderer(colors=False),
+        # Plain tracebacks, as the manager logs them (runtime.log): the default (rich, with
+        # every frame's locals) renders thousands of lines per failed reconcile, which
+        # took seconds each and shifted the timing of retries under test.
+        structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        ),
     ],
     wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
     # Resolve sys.stderr per logger, so pytest's per-test capture sees the output.
