@@ -21,15 +21,27 @@ installs ``config/crd/bases``, starts the manager as its own process
    ``--settle-seconds`` more for the writes a convergence triggers (the last
    EndpointSlice update and the status write it causes);
 2. **steady**: ``--steady-seconds`` of nothing changing;
-3. **upgrade**: changes ``spec.rayClusterConfig.rayVersion`` of every RayService and
+3. **unhealthy**: flips application ``UNHEALTHY_APP`` of every RayService to
+   ``UNHEALTHY`` through the simulator's fault switch (``unhealthy=``, at its active
+   head's IP) and, watching the RayServices, takes per service the time from just
+   before its flip until ``status.activeServiceStatus.applicationStatuses.<app>.status``
+   says ``UNHEALTHY`` (bounded by ``3 * --serve-poll-max + 30`` s). Once Ready and
+   unchanged the reconciler polls each dashboard at doubling intervals up to
+   ``--serve-poll-max``, so the worst case is about that maximum after the steady
+   window. Then the fault is undone (``healthy=``) and the benchmark waits until every
+   service is Ready (the application ``RUNNING``) again, then ``--settle-seconds`` more.
+   The fault adds status writes (two per service: to ``UNHEALTHY`` and back), counted
+   as ``unhealthy_status_writes`` and kept out of the steady and upgrade figures;
+4. **upgrade**: changes ``spec.rayClusterConfig.rayVersion`` of every RayService and
    waits until each is Ready on a *new* active cluster with its old cluster deleted
    (after its deletion delay), then ``--settle-seconds`` more.
 
 What is counted, from kube-apiserver's own ``apiserver_request_total`` (``/metrics``),
 per phase (the benchmark's own requests are few and named below):
 
-- ``init_status_writes``, ``steady_status_writes``, ``upgrade_status_writes``: PUT or
-  PATCH of ``rayservices/status`` (only the manager writes it), **per service** (/ N);
+- ``init_status_writes``, ``steady_status_writes``, ``unhealthy_status_writes``,
+  ``upgrade_status_writes``: PUT or PATCH of ``rayservices/status`` (only the manager
+  writes it) in that phase's window only, **per service** (/ N);
 - ``steady_writes_all_kinds``: every request whose verb is not a read (GET, LIST,
   WATCH, ...) or a proxy ``CONNECT`` (data-plane traffic, counted apart) in the steady
   window, of any resource and by any client - the benchmark itself makes none then -
@@ -41,7 +53,8 @@ per phase (the benchmark's own requests are few and named below):
 - ``conflicts``: writes answered 409 over the whole run (the ``code`` label of
   ``apiserver_request_total``); none of them are the benchmark's (it creates fresh
   objects and updates the specs it has just read);
-- ``writes_by_kind`` per phase (``init``, ``steady``, ``upgrade``): the write verbs
+- ``writes_by_kind`` per phase (``init``, ``unhealthy``, ``upgrade``; ``steady`` is
+  ``steady_writes_by_kind``): the write verbs
   by resource, all clients (kube-controller-manager's EndpointSlices, kwok's pod
   status and the scheduler's bindings included), for reading where the writes went.
 
@@ -54,7 +67,11 @@ method and path; connections reset before a request too):
 - ``serve_puts``: Serve config PUTs over the whole run (one per cluster and config is
   the floor: 2 per service here);
 - ``time_to_ready_s`` (from the first create to the poll that sees the last Ready),
-  ``upgrade_s`` (from the first spec change to the last old cluster gone).
+  ``upgrade_s`` (from the first spec change to the last old cluster gone);
+- ``unhealthy_report_s_max``, ``unhealthy_report_s_p50``: the worst and the median
+  (lower median) of the per-service times to report ``UNHEALTHY`` (phase 3), and
+  ``unhealthy_recovered_s`` (from undoing the fault to the poll that sees the last
+  service Ready again).
 
 If something does not converge in time (or the manager dies), the last line is still
 one JSON object, with an ``error`` key, and the exit status is 1. Last stdout line: one
@@ -91,10 +108,11 @@ import structlog  # noqa: E402
 import api.v1 as v1  # noqa: E402
 from hack import raysim  # noqa: E402
 from runtime.client import client as client_  # noqa: E402
-from runtime.client import errors  # noqa: E402
+from runtime.client import errors, resources  # noqa: E402
 from runtime.testing import controlplane  # noqa: E402
 
 CRD_DIR = ROOT / "config/crd/bases"
+PODS = resources.default_registry.for_kind("v1", "Pod")
 MAX_NAMESPACES = 4
 READ_VERBS = raycluster_bench.READ_VERBS
 """Reads (and ``CONNECT``, the proxy subresources' verb: data-plane traffic)."""
@@ -108,7 +126,7 @@ They are reported as ``steady_control_plane_writes``, not in ``steady_writes_all
 HEADLINE = (
     "bench", "services", "init_status_writes", "time_to_ready_s", "steady_seconds",
     "steady_status_writes", "steady_writes_all_kinds", "upgrade_status_writes", "conflicts",
-    "dashboard_requests_per_min_steady",
+    "dashboard_requests_per_min_steady", "unhealthy_report_s_max", "unhealthy_report_s_p50",
 )  # fmt: skip
 """The keys every run reports, first and in this order; the others follow."""
 
@@ -128,6 +146,9 @@ applications:
       - {name: Adder, ray_actor_options: {num_cpus: 0.1}}
 """
 """The sample's two applications (without its remote ``working_dir``: nothing downloads)."""
+
+UNHEALTHY_APP = "fruit"
+"""The application the unhealthy phase flips, in every RayService."""
 
 Counts = dict[tuple[str, str, str, str], float]
 """``apiserver_request_total`` by (verb, resource, subresource, code)."""
@@ -278,6 +299,86 @@ async def wait_until(
         await asyncio.sleep(0.25)
 
 
+def app_status(obj: Mapping[str, Any], app: str) -> str:
+    """``status.activeServiceStatus.applicationStatuses.<app>.status`` (``""`` if absent)."""
+    status = obj.get("status") or {}
+    apps = (status.get("activeServiceStatus") or {}).get("applicationStatuses") or {}
+    return str((apps.get(app) or {}).get("status") or "")
+
+
+async def head_ips(client: client_.Client) -> dict[tuple[str, str], str]:
+    """The pod IP of every live head, by (namespace, ``ray.io/cluster``)."""
+    pods = await client.list(PODS, None, label_selector="ray.io/node-type=head")
+    return {
+        (p["metadata"]["namespace"], p["metadata"]["labels"]["ray.io/cluster"]): p["status"][
+            "podIP"
+        ]
+        for p in pods.items
+        if not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("podIP")
+    }
+
+
+async def time_to_unhealthy(
+    client: client_.Client, sim: raysim.Simulator, within: float
+) -> dict[tuple[str, str], float]:
+    """Flip :data:`UNHEALTHY_APP` of every RayService to ``UNHEALTHY`` at its active head
+    and watch the RayServices: seconds per service from just before its flip until its
+    status says ``UNHEALTHY``."""
+    listed = await client.list(v1.RAYSERVICES, None, label_selector="bench=rayservice")
+    ips = await head_ips(client)
+    flipped_at: dict[tuple[str, str], float] = {}
+    reported: dict[tuple[str, str], float] = {}
+    version: str | None = listed.resource_version
+
+    async def watch() -> None:
+        nonlocal version
+        while len(reported) < len(listed.items):
+            async for event in client.watch(
+                v1.RAYSERVICES, None, resource_version=version, timeout_seconds=300,
+                label_selector="bench=rayservice",
+            ):  # fmt: skip
+                obj = event["object"]
+                version = obj["metadata"].get("resourceVersion", version)
+                key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+                if event["type"] == "BOOKMARK" or key in reported or key not in flipped_at:
+                    continue
+                if app_status(obj, UNHEALTHY_APP) == "UNHEALTHY":
+                    reported[key] = time.monotonic() - flipped_at[key]
+                    if len(reported) == len(listed.items):
+                        return
+
+    watching = asyncio.create_task(watch())
+    try:
+        await asyncio.sleep(0.5)  # the watch is open before the first flip
+        for s in listed.items:
+            key = (s["metadata"]["namespace"], s["metadata"]["name"])
+            ip = ips.get((key[0], active(s)))
+            if ip is None:
+                raise BenchError(f"no live head pod for {key} (cluster {active(s)!r})")
+            flipped_at[key] = time.monotonic()
+            answer = await asyncio.to_thread(sim.fault, ip, unhealthy=UNHEALTHY_APP)
+            if not answer.get("ok"):
+                raise BenchError(f"the simulator did not flip {key} at {ip}: {answer}")
+        try:
+            await asyncio.wait_for(asyncio.shield(watching), within)
+        except TimeoutError:
+            missing = sorted(set(flipped_at) - set(reported))
+            raise BenchError(
+                f"{len(missing)} RayServices not reported UNHEALTHY within {within:.0f} s "
+                f"of the flip, e.g. {missing[:3]}"
+            ) from None
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+    for s in listed.items:
+        key = (s["metadata"]["namespace"], s["metadata"]["name"])
+        answer = await asyncio.to_thread(sim.fault, ips[(key[0], active(s))], healthy=UNHEALTHY_APP)
+        if not answer.get("ok"):
+            raise BenchError(f"the simulator did not undo the fault of {key}: {answer}")
+    return reported
+
+
 @contextlib.contextmanager
 def workdir() -> Iterator[pathlib.Path]:
     path = pathlib.Path(tempfile.mkdtemp(prefix="bench-rayservice-"))
@@ -390,6 +491,24 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     sum(plane.values()) / minutes / count, 3
                 )
 
+                # -- unhealthy -------------------------------------------------------------
+                log(f"flipping {UNHEALTHY_APP!r} of every service to UNHEALTHY")
+                reported = await time_to_unhealthy(client, sim, 3 * args.serve_poll_max + 30)
+                times = sorted(reported.values())
+                result["unhealthy_report_s_max"] = round(times[-1], 2)
+                result["unhealthy_report_s_p50"] = round(times[(len(times) - 1) // 2], 2)
+                log(f"UNHEALTHY reported within {times[-1]:.1f} s; undone, waiting for Ready")
+                recovered_started = time.monotonic()
+                recovered_s = await wait_until(
+                    client, manager, count, 3 * args.serve_poll_max + 30, recovered_started,
+                    "Ready again", lambda s, _names: ready(s),
+                )  # fmt: skip
+                result["unhealthy_recovered_s"] = round(recovered_s, 2)
+                await asyncio.sleep(args.settle_seconds)
+                after_unhealthy = api_counts(cp)
+                unhealthy = minus(after_unhealthy, after_steady)
+                result["unhealthy_status_writes"] = round(status_writes(unhealthy) / count, 3)
+
                 # -- upgrade ---------------------------------------------------------------
                 upgrade_started = time.monotonic()
                 for s in (await client.list(v1.RAYSERVICES, None,
@@ -414,7 +533,7 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                 log(f"all {count} upgraded in {upgrade_s:.1f} s; settling {args.settle_seconds} s")
                 await asyncio.sleep(args.settle_seconds)
                 at_end = api_counts(cp)
-                upgrade = minus(at_end, after_steady)
+                upgrade = minus(at_end, after_unhealthy)
                 result["upgrade_status_writes"] = round(status_writes(upgrade) / count, 3)
                 result["conflicts"] = conflicts(minus(at_end, before))
 
@@ -424,7 +543,8 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     n for k, n in data_plane(sim).items() if k.startswith("dashboard PUT ")
                 )
                 result["writes_by_kind"] = {
-                    "init": writes_by_kind(init), "upgrade": writes_by_kind(upgrade)
+                    "init": writes_by_kind(init), "unhealthy": writes_by_kind(unhealthy),
+                    "upgrade": writes_by_kind(upgrade),
                 }  # fmt: skip
                 result["manager_rss_mib"] = round(manager.rss_hwm_mib(), 1)
                 result["manager_cpu_s"] = round(manager.cpu_s(), 2)

@@ -133,7 +133,8 @@ class Simulator:
 
     def fault(self, ip: str, **switches: Any) -> dict[str, Any]:
         """Flip fault switches of the head at ``ip``: ``dashboard_down=True``,
-        ``slow_s=0.5``, ``unhealthy="<app>"``, ``restart=True``."""
+        ``slow_s=0.5``, ``unhealthy="<app>"``, ``healthy="<app>"`` (undoes ``unhealthy``),
+        ``restart=True``."""
         return self._call("POST", "/fault", {"ip": ip, **switches})
 
     def wait_for_ips(self, ips: set[str], *, present: bool = True, within: float = 60.0) -> None:

@@ -17,7 +17,7 @@
    takes its IP with it.
 4. Serves an admin API on ``127.0.0.1:P`` only (``0``: any free port): ``POST /fault``
    (a JSON body as the inside's ``fault`` op: ``ip`` plus ``dashboard_down``,
-   ``slow_s``, ``unhealthy``, ``restart``), ``GET /state`` (live IPs as the inside part
+   ``slow_s``, ``unhealthy``, ``healthy``, ``restart``), ``GET /state`` (live IPs as the inside part
    has them, both processes' pids and RSS), ``GET /healthz``.
 5. Prints one JSON line when everything is up: ``{"ready": true, "admin": url,
    "pid": ..., "inside_pid": ..., "cidr": ..., "netns": ..., "ports": {...}}``.

@@ -28,7 +28,8 @@ Operations:
   IP whose pod uid changed, starts with a fresh head; IPs left out are forgotten.
 - ``{"op": "fault", "ip": ip, ...}`` with any of ``dashboard_down`` (bool: ``:8265`` and
   ``:52365`` reset connections), ``slow_s`` (float: added before every dashboard
-  answer), ``unhealthy`` (an application name that turns ``UNHEALTHY``), ``restart``
+  answer), ``unhealthy`` (an application name that turns ``UNHEALTHY``), ``healthy``
+  (an ``UNHEALTHY`` application name that turns ``RUNNING`` again), ``restart``
   (true: the head forgets its applications). Answers ``{"ok": false, "error": ...}`` for
   an unknown IP.
 - ``{"op": "state"}`` - ``{"ips": [...], "rss_kib": ..., "requests": [[ip, port name,
@@ -188,6 +189,9 @@ class Inside:
         if message.get("unhealthy"):
             answer["unhealthy"] = state.head.make_unhealthy(str(message["unhealthy"]))
             answer["ok"] = answer["unhealthy"]
+        if message.get("healthy"):
+            answer["healthy"] = state.head.make_healthy(str(message["healthy"]))
+            answer["ok"] = answer["healthy"]
         if message.get("restart"):
             state.head.restart()
         return answer

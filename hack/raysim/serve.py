@@ -29,8 +29,9 @@ What it answers (as measured on Ray 2.60, /work/shared/notes/kuberay-facts.md):
   ``UNHEALTHY``) application with the longest matching ``route_prefix``.
 
 Fault switches, for tests: :meth:`Head.make_unhealthy` (a ``RUNNING`` application and
-its deployments turn ``UNHEALTHY``), :meth:`Head.restart` (the head forgets its
-applications, as a restarted Ray head without GCS fault tolerance does); the
+its deployments turn ``UNHEALTHY``; :meth:`Head.make_healthy` undoes it),
+:meth:`Head.restart` (the head forgets its applications, as a restarted Ray head
+without GCS fault tolerance does); the
 transport-level faults (dashboard down, slow) live in :mod:`hack.raysim.inside`.
 
 >>> clock = iter([0.0, 0.0, 5.0]).__next__
@@ -303,6 +304,14 @@ class Head:
         if app is None or self._status(app, self._clock()) != "RUNNING":
             return False
         app.unhealthy = True
+        return True
+
+    def make_healthy(self, name: str) -> bool:
+        """Undo :meth:`make_unhealthy`: ``RUNNING`` again; ``False`` if it is not ``UNHEALTHY``."""
+        app = self._apps.get(name)
+        if app is None or self._status(app, self._clock()) != "UNHEALTHY":
+            return False
+        app.unhealthy = False
         return True
 
     def restart(self) -> None:
