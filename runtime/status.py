@@ -12,7 +12,13 @@ the end of a pass. It decides, in order:
 2. Otherwise **write** the status subresource carrying ``obj``'s
    resourceVersion (optimistic concurrency), after stamping the ``stamps``
    fields (e.g. ``lastUpdateTime`` = now) - only on a real write. Outcome
-   ``WRITTEN``.
+   ``WRITTEN``. With a ``latest`` reader (the cache: ``StatusWriter(client,
+   latest=cache)``), the object is first looked up there: another writer may have
+   changed it since the pass read it (a label, an annotation, a finalizer). A newer
+   copy of the **same generation** is the base of the write instead (its
+   resourceVersion, and step 1 against its status), so a metadata change elsewhere
+   costs no 409; a newer generation means the status is stale: ``STALE`` at once,
+   without a request (the change's own watch event has queued the next pass).
 3. On **409 Conflict**, re-read the object from the API server (not the cache,
    which may be what is stale) and:
 
@@ -85,7 +91,16 @@ from runtime import clock as clock_
 from runtime import metrics, quantity
 from runtime.client import errors, resources
 
-__all__ = ["Outcome", "Result", "StatusClient", "StatusWriter", "equal", "normalize", "rfc3339_now"]
+__all__ = [
+    "LatestReader",
+    "Outcome",
+    "Result",
+    "StatusClient",
+    "StatusWriter",
+    "equal",
+    "normalize",
+    "rfc3339_now",
+]
 
 Obj = dict[str, Any]
 
@@ -137,6 +152,12 @@ class Result:
     def requeue(self) -> bool:
         """True when the caller should requeue (the status was computed for an old spec)."""
         return self.outcome is Outcome.STALE
+
+
+class LatestReader(Protocol):
+    """Where the newest known copy of an object is (a cache's ``get``)."""
+
+    async def get(self, resource: resources.Resource, namespace: str | None, name: str) -> Obj: ...
 
 
 class StatusClient(Protocol):
@@ -339,12 +360,14 @@ class StatusWriter:
         max_learned: int = 256,
         relearn_after: float = 600.0,
         clock: clock_.Clock | None = None,
+        latest: LatestReader | None = None,
     ) -> None:
         """``volatile``: field names ignored by the comparison at any depth.
         ``stamps``: top-level status fields set to ``factory()`` on every real write.
         ``max_learned``: how many server changes to remember (step 4), default 256.
         ``relearn_after``: seconds a learned change is trusted without being seen
-        again, default 600. ``clock``: default :class:`runtime.clock.RealClock`."""
+        again, default 600. ``clock``: default :class:`runtime.clock.RealClock`.
+        ``latest``: where to find a newer copy of the object before writing (step 2)."""
         self.client = client
         self.volatile = frozenset(volatile)
         self.stamps = dict(stamps or {})
@@ -352,6 +375,7 @@ class StatusWriter:
         self.max_learned = max_learned
         self.relearn_after = relearn_after
         self.clock = clock or clock_.RealClock()
+        self.latest = latest
         self.log = structlog.get_logger("runtime.status")
         # (apiVersion, kind) -> rule -> the kept value, and when each rule was last seen
         # (oldest first).
@@ -372,9 +396,12 @@ class StatusWriter:
         """
         kind = str(obj.get("kind", ""))
         type_key = (str(obj.get("apiVersion", "")), kind)
+        generation = obj.get("metadata", {}).get("generation")
+        obj = await self._newest(obj)
+        if obj.get("metadata", {}).get("generation") != generation:
+            return self._count(kind, Result(Outcome.STALE, obj))
         if self._means(type_key, obj.get("status"), new_status):
             return self._count(kind, Result(Outcome.SKIPPED, obj))
-        generation = obj.get("metadata", {}).get("generation")
         current = obj
         writes = 0
         conflicted = False
@@ -405,6 +432,26 @@ class StatusWriter:
         self._learn(type_key, body["status"], written.get("status"))
         outcome = Outcome.CONFLICT_RESOLVED if conflicted else Outcome.WRITTEN
         return self._count(kind, Result(outcome, written, writes))
+
+    async def _newest(self, obj: Obj) -> Obj:
+        """``obj``, or the ``latest`` reader's copy of it when that one is newer."""
+        if self.latest is None:
+            return obj
+        meta = obj.get("metadata", {})
+        try:
+            found = await self.latest.get(
+                self.client.resource_for(obj), meta.get("namespace"), meta["name"]
+            )
+        except (errors.NotFound, LookupError):
+            return obj  # gone, or not readable there: the write will tell
+        mine, theirs = meta.get("resourceVersion"), found.get("metadata", {}).get("resourceVersion")
+        if not mine or not theirs or mine == theirs:
+            return obj
+        try:
+            newer = int(theirs) > int(mine)  # etcd's revisions; opaque to clients in theory
+        except ValueError:
+            newer = True
+        return found if newer else obj
 
     def _means(self, type_key: tuple[str, str], have: Any, want: Any) -> bool:
         """Whether status ``have`` already means ``want``, on the server's terms."""

@@ -139,6 +139,7 @@ class Reconciler:
             client,
             volatile=raycluster_.RayClusterStatus.VOLATILE_FIELDS,
             stamps={"lastUpdateTime": now},
+            latest=cache,  # an annotation written meanwhile (the RayService's) is no 409
         )
         self.log = structlog.get_logger("controllers.raycluster")
 

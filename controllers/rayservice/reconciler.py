@@ -178,7 +178,10 @@ class Reconciler:
         self.options = options or Options()
         self.clock = clock
         self.writer = runtime_status.StatusWriter(
-            client, volatile=status_.VOLATILE, stamps={"lastUpdateTime": self._now_text}
+            client,
+            volatile=status_.VOLATILE,
+            stamps={"lastUpdateTime": self._now_text},
+            latest=cache,  # a spec update meanwhile: STALE at once, not a 409
         )
         self.log = structlog.get_logger("controllers.rayservice")
         self._polls: dict[reconcile_.Request, _Poll] = {}

@@ -356,3 +356,54 @@ async def test_each_mismatch_is_counted_and_logged_once(client: fake.FakeClient)
     assert mismatches("status.extra") - before == 5
     warned = [e["field"] for e in logs if e["log_level"] == "warning"]
     assert sorted(warned) == ["status.extra", "status.mode"]
+
+
+class _Latest:
+    """A stand-in for the cache: the newest copy the test says there is."""
+
+    def __init__(self, client: fake.FakeClient) -> None:
+        self.client = client
+
+    async def get(self, resource: resources.Resource, namespace: str | None, name: str) -> Any:
+        return await self.client.get(resource, namespace, name)
+
+
+async def test_a_newer_copy_of_the_same_generation_is_the_base_no_conflict(
+    client: fake.FakeClient,
+) -> None:
+    async def touch(obj: dict[str, Any], label: str) -> None:
+        """Another writer changes the metadata only: same generation, new resourceVersion."""
+        changed = copy.deepcopy(obj)
+        changed["metadata"]["labels"] = {"touched": label}
+        await client.update(changed)
+
+    read = await current(client)  # what the pass read
+    await touch(read, "1")
+    writer = status.StatusWriter(client, latest=_Latest(client))
+    status_calls = client.writes(subresource="status")
+    result = await writer.update(read, {"phase": "Ready"})
+    assert result.outcome is status.Outcome.WRITTEN
+    assert client.writes(subresource="status") == status_calls + 1  # no 409 on the way
+    assert (await current(client))["status"] == {"phase": "Ready"}
+
+    # Without the reader, the same stale read costs a 409 (and a GET) first.
+    stale = await current(client)
+    await touch(stale, "2")
+    status_calls = client.writes(subresource="status")
+    result = await status.StatusWriter(client).update(stale, {"phase": "Done"})
+    assert result.outcome is status.Outcome.CONFLICT_RESOLVED
+    assert client.writes(subresource="status") == status_calls + 2
+
+
+async def test_a_newer_generation_makes_the_status_stale_without_a_request(
+    client: fake.FakeClient,
+) -> None:
+    read = await current(client)
+    changed = copy.deepcopy(read)
+    changed["spec"]["size"] = 2
+    await client.update(changed)
+    writes = client.writes(subresource="status")
+    writer = status.StatusWriter(client, latest=_Latest(client))
+    result = await writer.update(read, {"phase": "Ready"})
+    assert result.outcome is status.Outcome.STALE
+    assert client.writes(subresource="status") == writes
