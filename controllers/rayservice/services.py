@@ -237,11 +237,11 @@ def retargeted(current: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj | 
     ``desired`` sets none (so a NodePort does not move). Metadata is
     ``current``'s (with its ``resourceVersion``, for an optimistic update).
 
-    >>> old = {"metadata": {"name": "s"}, "spec": {"clusterIP": "10.0.0.1",
+    >>> old = {"metadata": {"name": "s"}, "spec": {"clusterIP": "198.19.0.10",
     ...        "selector": {"ray.io/cluster": "a"}}}
     >>> new = {"metadata": {"name": "s"}, "spec": {"selector": {"ray.io/cluster": "b"}}}
     >>> retargeted(old, new)["spec"]
-    {'selector': {'ray.io/cluster': 'b'}, 'clusterIP': '10.0.0.1'}
+    {'selector': {'ray.io/cluster': 'b'}, 'clusterIP': '198.19.0.10'}
     """
     if selected_cluster(current) == selected_cluster(desired):
         return None

@@ -256,8 +256,8 @@ def live(desired: Obj) -> Obj:
     out: Obj = json.loads(json.dumps(desired))
     out["metadata"].update(resourceVersion="7", uid="svc-obj-uid")
     out["spec"].update(
-        clusterIP="10.96.0.12",
-        clusterIPs=["10.96.0.12"],
+        clusterIP="198.19.0.12",
+        clusterIPs=["198.19.0.12"],
         ipFamilies=["IPv4"],
         ipFamilyPolicy="SingleStack",
         sessionAffinity="None",
@@ -281,8 +281,8 @@ def test_retargeted_switches_the_selector_and_keeps_the_cluster_ip() -> None:
     assert updated is not None
     assert frozen(current) == before
     assert updated["spec"]["selector"] == {"ray.io/cluster": "demo-new", "ray.io/serve": "true"}
-    assert updated["spec"]["clusterIP"] == "10.96.0.12"
-    assert updated["spec"]["clusterIPs"] == ["10.96.0.12"]
+    assert updated["spec"]["clusterIP"] == "198.19.0.12"
+    assert updated["spec"]["clusterIPs"] == ["198.19.0.12"]
     assert updated["spec"]["ipFamilies"] == ["IPv4"]
     assert updated["metadata"] == current["metadata"]  # resourceVersion kept for the update
     assert services.selected_cluster(updated) == "demo-new"
@@ -298,7 +298,7 @@ def test_retargeted_takes_the_new_clusters_ports() -> None:
     updated = services.retargeted(current, services.head_service(service(), new))
     assert updated is not None
     assert [p["name"] for p in updated["spec"]["ports"]] == ["metrics", "serve"]
-    assert updated["spec"]["clusterIP"] == "10.96.0.12"
+    assert updated["spec"]["clusterIP"] == "198.19.0.12"
 
 
 def test_retargeted_keeps_node_ports_of_the_same_type() -> None:
@@ -319,7 +319,7 @@ def test_retargeted_drops_node_ports_when_the_type_changes() -> None:
     updated = services.retargeted(current, services.serve_service(service(), cluster("demo-new")))
     assert updated is not None
     assert updated["spec"]["ports"] == [{"name": "serve", "port": 8000}]
-    assert updated["spec"]["clusterIP"] == "10.96.0.12"
+    assert updated["spec"]["clusterIP"] == "198.19.0.12"
 
 
 def test_retargeted_from_a_foreign_selector() -> None:
