@@ -10,11 +10,12 @@
 2. Starts :mod:`hack.raysim.inside` in the namespace (``ip netns exec NS python -m
    hack.raysim.inside``) as its own process group, and talks to it over its
    stdin/stdout (JSON lines, each request answered).
-3. Lists and watches pods labelled ``ray.io/node-type=head,ray.io/is-ray-node=yes`` in
-   every namespace (our :class:`runtime.client.Client`); a head is live while it is
-   ``Running`` with a pod IP inside the CIDR and no ``deletionTimestamp``. After every
-   batch of events it sends the full ``{ip: uid}`` set inward; a pod that goes away
-   takes its IP with it.
+3. Lists and watches pods labelled ``ray.io/is-ray-node=yes`` in every namespace (our
+   :class:`runtime.client.Client`); a pod is live while it is ``Running`` with a pod IP
+   inside the CIDR and no ``deletionTimestamp``. After every batch of events it sends
+   the full ``{ip: uid}`` set of live heads inward, with the live workers of those
+   heads' clusters (``ray.io/cluster`` in the same namespace) as ``{worker ip: head
+   ip}``; a pod that goes away takes its IP with it.
 4. Serves an admin API on ``127.0.0.1:P`` only (``0``: any free port): ``POST /fault``
    (a JSON body as the inside's ``fault`` op: ``ip`` plus ``dashboard_down``,
    ``slow_s``, ``unhealthy``, ``healthy``, ``restart``), ``GET /state`` (live IPs as the inside part
@@ -45,9 +46,10 @@ from typing import Any
 
 from aiohttp import web, web_request, web_response
 
-__all__ = ["HEAD_SELECTOR", "RouteError", "check_routes", "main"]
+__all__ = ["HEAD_SELECTOR", "RAY_SELECTOR", "RouteError", "check_routes", "main"]
 
 HEAD_SELECTOR = "ray.io/node-type=head,ray.io/is-ray-node=yes"
+RAY_SELECTOR = "ray.io/is-ray-node=yes"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -106,17 +108,64 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _is_head(pod: dict[str, Any]) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get("ray.io/node-type") == "head"
+
+
+def live_proxies(pods: dict[str, dict[str, Any]], cidr: str) -> dict[str, str]:
+    """``{worker ip: head ip}``: each live worker among ``pods`` whose cluster (its
+    ``ray.io/cluster`` label, same namespace) has a live head.
+
+    >>> def pod(uid, kind, ip):
+    ...     return {"metadata": {"uid": uid, "namespace": "ns", "labels": {
+    ...         "ray.io/node-type": kind, "ray.io/cluster": "c"}},
+    ...         "status": {"phase": "Running", "podIP": ip}}
+    >>> pods = {"ns/h": pod("u1", "head", "198.18.1.4"), "ns/w": pod("u2", "worker", "198.18.1.5")}
+    >>> live_proxies(pods, "198.18.0.0/20")
+    {'198.18.1.5': '198.18.1.4'}
+    >>> live_proxies({"ns/w": pods["ns/w"]}, "198.18.0.0/20")
+    {}
+    """
+    owners = _live(pods, cidr)
+    heads: dict[tuple[str, str], str] = {}
+    for ip, key in owners.items():
+        if _is_head(pods[key]):
+            meta = pods[key].get("metadata") or {}
+            cluster = (meta.get("labels") or {}).get("ray.io/cluster", "")
+            heads[(str(meta.get("namespace", "")), cluster)] = ip
+    proxies = {}
+    for ip, key in owners.items():
+        meta = pods[key].get("metadata") or {}
+        cluster = (meta.get("labels") or {}).get("ray.io/cluster", "")
+        head = heads.get((str(meta.get("namespace", "")), cluster))
+        if not _is_head(pods[key]) and head is not None:
+            proxies[ip] = head
+    return proxies
+
+
 def live_heads(pods: dict[str, dict[str, Any]], cidr: str) -> dict[str, str]:
-    """``{ip: uid}`` of the live heads among ``pods`` (keyed by namespace/name).
+    """``{ip: uid}`` of the live heads among ``pods`` (keyed by namespace/name); pods
+    without the ``ray.io/node-type=head`` label (workers) are left out.
 
     Should two live pods report one IP (kwok v0.7.0 does, now and then, when hundreds of
     pods start at once), the IP belongs to the older one (then the smaller key), so the
     answer does not flip between them.
 
-    >>> pod = {"metadata": {"uid": "u1"}, "status": {"phase": "Running", "podIP": "198.18.1.4"}}
+    >>> pod = {"metadata": {"uid": "u1", "labels": {"ray.io/node-type": "head"}},
+    ...        "status": {"phase": "Running", "podIP": "198.18.1.4"}}
     >>> live_heads({"ns/a": pod}, "198.18.0.0/20"), live_heads({"ns/a": pod}, "198.18.16.0/20")
     ({'198.18.1.4': 'u1'}, {})
     """
+    owners = _live(pods, cidr)
+    return {
+        ip: str((pods[key].get("metadata") or {}).get("uid", ""))
+        for ip, key in owners.items()
+        if _is_head(pods[key])
+    }
+
+
+def _live(pods: dict[str, dict[str, Any]], cidr: str) -> dict[str, str]:
+    """``{ip: key}`` of the live pods among ``pods``: one owner per IP."""
     network = ipaddress.ip_network(cidr)
     owners: dict[str, tuple[str, str, str]] = {}
     for key, pod in pods.items():
@@ -133,7 +182,7 @@ def live_heads(pods: dict[str, dict[str, Any]], cidr: str) -> dict[str, str]:
         claim = (str(meta.get("creationTimestamp", "")), key, str(meta.get("uid", "")))
         if ip not in owners or claim < owners[ip]:
             owners[str(ip)] = claim
-    return {ip: claim[2] for ip, claim in owners.items()}
+    return {ip: claim[1] for ip, claim in owners.items()}
 
 
 class Host:
@@ -147,7 +196,7 @@ class Host:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._pods: dict[str, dict[str, Any]] = {}
-        self._sent: dict[str, str] | None = None
+        self._sent: tuple[dict[str, str], dict[str, str]] | None = None
         self._changed = asyncio.Event()
         self._send_lock = asyncio.Lock()
 
@@ -222,14 +271,14 @@ class Host:
         async with api:
             while True:
                 try:
-                    listed = await api.list(pods, None, label_selector=HEAD_SELECTOR)
+                    listed = await api.list(pods, None, label_selector=RAY_SELECTOR)
                     self._pods = {_key(p): p for p in listed.items}
                     self._changed.set()
                     rv = listed.resource_version
                     while True:
                         async for event in api.watch(
                             pods, None, resource_version=rv, timeout_seconds=240,
-                            label_selector=HEAD_SELECTOR,
+                            label_selector=RAY_SELECTOR,
                         ):  # fmt: skip
                             obj = event.get("object") or {}
                             rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
@@ -253,10 +302,10 @@ class Host:
         while True:
             await self._changed.wait()
             self._changed.clear()
-            heads = live_heads(self._pods, self.cidr)
-            if heads != self._sent:
-                await self.ask({"op": "pods", "pods": heads})
-                self._sent = heads
+            sent = (live_heads(self._pods, self.cidr), live_proxies(self._pods, self.cidr))
+            if sent != self._sent:
+                await self.ask({"op": "pods", "pods": sent[0], "proxies": sent[1]})
+                self._sent = sent
 
     # -- admin API -----------------------------------------------------------------------------
 
@@ -272,7 +321,7 @@ class Host:
                 inside_pid=self.proc.pid,
                 host_rss_kib=_rss_kib(os.getpid()),
                 inside_rss_kib=_rss_kib(self.proc.pid),
-                published=sorted(self._sent or {}),
+                published=sorted(self._sent[0] if self._sent else {}),
             )
             return web_response.json_response(answer)
         if request.path == "/fault" and request.method == "POST":

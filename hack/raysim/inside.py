@@ -20,12 +20,18 @@ Per live IP it keeps a :class:`hack.raysim.serve.Head`:
   plain text; while Serve is not running (no PUT yet, after DELETE or restart) the
   proxy does not exist, so connections to ``:8000`` are reset, as on a Ray head.
 
+A live **worker** pod's IP answers ``:8000`` only, as a Serve proxy of its cluster's
+head (Serve runs a proxy per node and routes to replicas anywhere in the cluster): the
+same routes and answers as the head's ``:8000``, while that head's Serve runs; its
+other ports reset connections.
+
 Control channel: JSON lines on stdin, one JSON answer line each on stdout, carrying
 the request's ``id``. The first stdout line is ``{"ready": true, "pid": ..., "ports": {...}}``.
 Operations:
 
-- ``{"op": "pods", "pods": {ip: uid}}`` - the full set of live heads. A new IP, or an
-  IP whose pod uid changed, starts with a fresh head; IPs left out are forgotten.
+- ``{"op": "pods", "pods": {ip: uid}, "proxies": {worker ip: head ip}}`` - the full
+  set of live heads (and of live workers, by their head). A new IP, or an IP whose pod
+  uid changed, starts with a fresh head; IPs left out are forgotten.
 - ``{"op": "fault", "ip": ip, ...}`` with any of ``dashboard_down`` (bool: ``:8265`` and
   ``:52365`` reset connections), ``slow_s`` (float: added before every dashboard
   answer), ``unhealthy`` (an application name that turns ``UNHEALTHY``), ``healthy``
@@ -152,6 +158,8 @@ class Inside:
         self.clock = clock
         self.ports = dict(ports or DEFAULT_PORTS)
         self.heads: dict[str, _HeadState] = {}
+        self.proxies: dict[str, str] = {}
+        """Live worker IP -> its cluster's head IP (a worker answers ``:8000`` only)."""
         self.requests: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
         """Requests by (pod IP, port name, method, path); resets before a request: ``""``."""
         self._servers: list[asyncio.base_events.Server] = []
@@ -159,15 +167,21 @@ class Inside:
 
     # -- who answers ---------------------------------------------------------------------------
 
+    def _head_for(self, ip: str, port_name: str) -> _HeadState | None:
+        if port_name == "serve" and ip in self.proxies:
+            return self.heads.get(self.proxies[ip])
+        return self.heads.get(ip)
+
     def accepts(self, ip: str, port_name: str) -> bool:
-        state = self.heads.get(ip)
+        state = self._head_for(ip, port_name)
         if state is None:
             return False
         if port_name in ("dashboard", "agent"):
             return not state.dashboard_down
         return state.head.serve_running
 
-    def set_pods(self, pods: dict[str, str]) -> None:
+    def set_pods(self, pods: dict[str, str], proxies: dict[str, str] | None = None) -> None:
+        self.proxies = {ip: head for ip, head in (proxies or {}).items() if ip not in pods}
         for ip in list(self.heads):
             if pods.get(ip) != self.heads[ip].uid:
                 del self.heads[ip]
@@ -204,7 +218,9 @@ class Inside:
             if request.transport is not None:
                 _reset(request.transport)
             raise _Refused
-        return self.heads[ip]
+        state = self._head_for(ip, port_name)
+        assert state is not None  # accepts() said so
+        return state
 
     async def _dashboard(self, request: web_request.BaseRequest) -> web.StreamResponse:
         state = self._state_for(request, "dashboard")
@@ -348,8 +364,11 @@ async def _serve_channel(inside: Inside) -> None:
         op = message.get("op")
         answer: dict[str, Any]
         if op == "pods":
-            inside.set_pods({str(k): str(v) for k, v in dict(message.get("pods") or {}).items()})
-            answer = {"ok": True, "count": len(inside.heads)}
+            inside.set_pods(
+                {str(k): str(v) for k, v in dict(message.get("pods") or {}).items()},
+                {str(k): str(v) for k, v in dict(message.get("proxies") or {}).items()},
+            )
+            answer = {"ok": True, "count": len(inside.heads), "proxies": len(inside.proxies)}
         elif op == "fault":
             answer = inside.fault(message)
         elif op == "state":

@@ -13,8 +13,12 @@ CIDR = "198.18.0.0/20"
 
 
 def pod(uid: str, ip: str | None, *, phase: str = "Running", created: str = "2026-01-01T00:00:00Z",
-        deleting: bool = False) -> dict[str, object]:  # fmt: skip
-    meta: dict[str, object] = {"uid": uid, "creationTimestamp": created}
+        deleting: bool = False, kind: str = "head", cluster: str = "c",
+        namespace: str = "ns") -> dict[str, object]:  # fmt: skip
+    meta: dict[str, object] = {
+        "uid": uid, "creationTimestamp": created, "namespace": namespace,
+        "labels": {"ray.io/node-type": kind, "ray.io/cluster": cluster},
+    }  # fmt: skip
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:01:00Z"
     status: dict[str, object] = {"phase": phase}
@@ -40,6 +44,21 @@ def test_an_ip_two_pods_report_belongs_to_the_older_one_whatever_the_order() -> 
     new = pod("new", "198.18.1.9", created="2026-01-01T00:00:05Z")
     assert host.live_heads({"ns/b": old, "ns/a": new}, CIDR) == {"198.18.1.9": "old"}
     assert host.live_heads({"ns/a": new, "ns/b": old}, CIDR) == {"198.18.1.9": "old"}
+
+
+def test_workers_are_proxies_of_their_own_clusters_live_head_and_never_heads() -> None:
+    pods = {
+        "ns/h1": pod("h1", "198.18.1.1"),
+        "ns/w1": pod("w1", "198.18.1.2", kind="worker"),
+        "ns/w1b": pod("w1b", "198.18.1.3", kind="worker"),
+        "ns/w2": pod("w2", "198.18.1.4", kind="worker", cluster="other"),  # no head
+        "ns/w3": pod("w3", "198.18.1.5", kind="worker", namespace="elsewhere"),  # other ns
+        "ns/w4": pod("w4", "198.18.1.6", kind="worker", phase="Pending"),
+    }
+    assert host.live_heads(pods, CIDR) == {"198.18.1.1": "h1"}
+    assert host.live_proxies(pods, CIDR) == {"198.18.1.2": "198.18.1.1", "198.18.1.3": "198.18.1.1"}
+    del pods["ns/h1"]
+    assert host.live_proxies(pods, CIDR) == {}
 
 
 def routes(table: dict[tuple[str, ...], str]) -> object:

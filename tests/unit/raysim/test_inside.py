@@ -113,6 +113,37 @@ async def test_the_serve_api_and_the_proxy_over_http(
         assert await response.json() == serve.empty_status()
 
 
+async def test_a_worker_ip_answers_as_a_serve_proxy_of_its_head_and_nothing_else(
+    clock: Clock, http: aiohttp.ClientSession
+) -> None:
+    worker = "127.0.0.2"  # loopback: any 127/8 address reaches a listener on 0.0.0.0
+    part = inside.Inside(
+        serve.Behaviour(deploy_delay=0.0), {"dashboard": 0, "serve": 0, "agent": 0}, clock=clock
+    )
+    await part.start(host="0.0.0.0")
+    try:
+
+        def at(ip: str, port: str, path: str) -> str:
+            return f"http://{ip}:{part.ports[port]}{path}"
+
+        part.set_pods({IP: "uid-1"}, {worker: IP})
+        assert await refused(http, at(worker, "serve", "/-/healthz"))  # no Serve yet
+        config = {"applications": [{"name": "a", "route_prefix": "/a", "import_path": "m.app"}]}
+        async with http.put(at(IP, "dashboard", "/api/serve/applications/"), json=config) as r:
+            assert r.status == 200
+        async with http.get(at(worker, "serve", "/a/x")) as response:
+            assert (response.status, await response.text()) == (200, "a")
+        assert await refused(http, at(worker, "dashboard", "/api/gcs_healthz"))
+        assert await refused(http, at(worker, "agent", "/api/local_raylet_healthz"))
+        assert part.requests[(worker, "serve", "GET", "/a/x")] == 1
+        part.set_pods({}, {worker: IP})  # the head went away: so did its proxies
+        assert await refused(http, at(worker, "serve", "/-/healthz"))
+        part.set_pods({worker: "uid-2"}, {worker: IP})  # an IP is a head or a proxy, not both
+        assert part.proxies == {}
+    finally:
+        await part.stop()
+
+
 async def test_a_new_pod_at_the_same_ip_starts_fresh(
     sim: inside.Inside, http: aiohttp.ClientSession
 ) -> None:
