@@ -550,6 +550,57 @@ class ControlPlane:
                 shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
+    def restart(self, component: str, down_for: float = 0.0) -> None:
+        """Stop ``component`` (``"kube-apiserver"``, ``"etcd"``, ...), wait ``down_for`` s,
+        and start it again with the same command line - the same ports and, for etcd,
+        the same data - then wait until it is ready again. What a rolling restart or a
+        crash of one control-plane member looks like to its clients: their connections
+        drop, requests fail for a while, then the same address answers again.
+
+        Call it from a thread that lives as long as the control plane (the one that
+        started it): a component gets SIGKILL when the thread that started it ends
+        (``PR_SET_PDEATHSIG`` is per thread), so a restart from, say, a short-lived
+        ``asyncio.to_thread`` worker dies with that worker."""
+        with self._lock:
+            proc = next((p for p in self._procs if p.name == component), None)
+            if proc is None:
+                raise KeyError(component)
+            proc.stop()
+            time.sleep(down_for)
+            proc.start()
+        timeout = self.options.start_timeout
+        if component == "etcd":
+            _wait("etcd /health", self._etcd_healthy, timeout, [proc])
+            _wait("kube-apiserver /readyz", self._apiserver_ready, timeout, self._procs[:2])
+        elif component == "kube-apiserver":
+            _wait("kube-apiserver /readyz", self._apiserver_ready, timeout, self._procs[:2])
+
+    def service_account_kubeconfig(
+        self, namespace: str, name: str, *, expiration_seconds: int = 24 * 3600
+    ) -> pathlib.Path:
+        """A kubeconfig that authenticates as service account ``namespace/name``.
+
+        The token comes from the TokenRequest API (``serviceaccounts/<name>/token``), as a
+        kubelet mounts one into a pod, so a process run with this kubeconfig has exactly
+        the permissions its RBAC bindings give that account - a missing rule fails as it
+        would in a cluster. The account must exist."""
+        assert self.dir is not None
+        assert self.kubeconfig is not None
+        answer = self.request(
+            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": expiration_seconds}},
+        )  # fmt: skip
+        config = json.loads(self.kubeconfig.read_text())
+        user = f"system:serviceaccount:{namespace}:{name}"
+        config["users"] = [{"name": user, "user": {"token": answer["status"]["token"]}}]
+        config["contexts"] = [{"name": user, "context": {"cluster": "controlplane", "user": user}}]
+        config["current-context"] = user
+        path = self.dir / f"kubeconfig-sa-{namespace}-{name}"
+        path.write_text(json.dumps(config, indent=2))
+        path.chmod(0o600)
+        return path
+
     def _launch(
         self,
         name: str,
