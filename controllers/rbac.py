@@ -95,11 +95,18 @@ RAYSERVICE: tuple[Rule, ...] = (
     Rule("", "pods", f"{_READ} patch"),
     Rule("discovery.k8s.io", "endpointslices", _READ),
     Rule("", "events", "create patch"),
+    Rule("", "services/proxy", "get create update patch"),
+    Rule("", "pods/proxy", "get"),
 )
 """The RayService reconciler: owns RayClusters (created, updated in place, annotated
 with merge patches, deleted) and the head and serve services, labels the head pod
 (``ray.io/serve``, a merge patch), counts serve endpoints from EndpointSlices, and
-keeps a finalizer on the RayService (``update`` on it)."""
+keeps a finalizer on the RayService (``update`` on it). With
+``--use-kubernetes-proxy`` it reaches the dashboard through the head service's
+``proxy`` subresource (GET the Serve status, PUT the config: ``get`` and ``update``;
+``create``/``patch`` as KubeRay grants them for POST/PATCH) and each pod's Serve proxy
+health through ``pods/proxy`` (``get``); the e2e suite runs it in that mode under this
+role."""
 
 DECLARATIONS: dict[str, tuple[Rule, ...]] = {"raycluster": RAYCLUSTER, "rayservice": RAYSERVICE}
 """Every reconciler's rules, by reconciler name: what the manager's role must grant."""
