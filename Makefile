@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,13 +31,17 @@ controlplane: ## Build (or reuse) etcd, kube-apiserver, ... from Go modules into
 ray: ## Install (or reuse) ray[serve] in its own venv under ~/.cache, for the real-Ray tests
 	@hack/realray/install.sh >/dev/null
 
+.PHONY: helm
+helm: ## Build (or reuse) helm from its Go module into ~/.cache, for the chart tests
+	@hack/helm/install.sh >/dev/null
+
 COVERAGE_DIR := build/coverage
 
 # One run: pytest under coverage.py (branch, subprocesses too: [tool.coverage] in
 # pyproject.toml), then the table and the floors (the total's `fail_under` in pyproject,
 # per-package ones in hack/coverage_floor.py). Fails if the tests or a floor fail.
 .PHONY: test
-test: $(STAMP) controlplane ray ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
+test: $(STAMP) controlplane ray helm ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
 	@rm -rf $(COVERAGE_DIR)
 	@status=0; $(PY) -m coverage run -m pytest || status=$$?; \
 	$(PY) -m coverage combine -q && \
@@ -48,6 +52,10 @@ test: $(STAMP) controlplane ray ## Run every test tier (unit, doctests, integrat
 
 .PHONY: coverage
 coverage: test ## The same run as `make test` (it prints the branch-coverage table and checks the floors)
+
+.PHONY: e2e
+e2e: $(STAMP) controlplane ## Only the end-to-end suite: the manager binary against a control plane it starts (or $$KUBECONFIG's cluster)
+	$(PY) -m pytest tests/e2e
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## Only the fast tiers: unit tests and doctests (no server)
@@ -118,6 +126,59 @@ run: $(STAMP) ## Run the operator: against $KUBECONFIG if set, else a local cont
 	echo "running rayservice-manager against the local control plane (Ctrl-C to stop)"; \
 	$(VENV)/bin/rayservice-manager --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig \
 		--dashboard-address-mode pod-ip $(MANAGER_FLAGS)
+
+# `make kind-e2e`: the operator's image in a kind cluster, then tests/e2e against it. Needs
+# Docker, kind and kubectl (`KUBECTL=...` for another one); the cluster stays up for the
+# next run until `make kind-down`. The image is installed from a copy of config/ with its
+# tag set (`make kind-manifests`, no Docker needed): config/ itself is never edited.
+KIND_CLUSTER ?= rayservice-e2e
+KIND_IMAGE_NAME ?= rayservice-operator
+KIND_IMAGE_TAG ?= e2e
+KIND_IMAGE = $(KIND_IMAGE_NAME):$(KIND_IMAGE_TAG)
+KIND_DIR ?= build/kind
+KIND_ROLLOUT_TIMEOUT ?= 180s
+KIND_POD_CIDR ?= 10.244.0.0/16
+KUBECTL ?= kubectl
+KIND_KUBECTL = $(KUBECTL) --kubeconfig $(KIND_DIR)/kubeconfig -n rayservice-operator-system
+KIND_DEPLOYMENT := deployment/rayservice-operator-manager
+
+.PHONY: kind-manifests
+kind-manifests: ## Write build/kind/kustomization.yaml: config/default (copied) with the kind-e2e image
+	@rm -rf $(KIND_DIR)/config && mkdir -p $(KIND_DIR) && cp -R config $(KIND_DIR)/config
+	@printf '%s\n' '# Written by `make kind-manifests`: config/default with the image $(KIND_IMAGE).' \
+		'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' \
+		'resources:' '- config/default' 'images:' '- name: rayservice-operator' \
+		'  newName: $(KIND_IMAGE_NAME)' '  newTag: $(KIND_IMAGE_TAG)' > $(KIND_DIR)/kustomization.yaml
+
+# The same tag may hold a new image after `kind load`: `rollout restart` makes new pods
+# pick it up (imagePullPolicy: IfNotPresent); a rollout that does not finish shows the pods.
+.PHONY: kind-e2e
+kind-e2e: ## Build the image, run it in kind cluster rayservice-e2e (needs Docker, kind), run tests/e2e
+	@for tool in docker kind $(KUBECTL); do \
+		command -v $$tool >/dev/null || { echo "kind-e2e: '$$tool' is not on PATH;" \
+			"this target needs Docker, kind and kubectl (README: Run in kind)" >&2; exit 1; }; \
+	done; \
+	docker info >/dev/null 2>&1 || { echo "kind-e2e: the Docker engine is not reachable" \
+		"('docker info' fails); start it first" >&2; exit 1; }
+	@$(MAKE) --no-print-directory venv kind-manifests
+	@kind get clusters 2>/dev/null | grep -qx '$(KIND_CLUSTER)' || \
+		kind create cluster --name $(KIND_CLUSTER) --config hack/kind/kind-config.yaml --wait 120s
+	kind get kubeconfig --name $(KIND_CLUSTER) > $(KIND_DIR)/kubeconfig
+	docker build -t $(KIND_IMAGE) .
+	kind load docker-image $(KIND_IMAGE) --name $(KIND_CLUSTER)
+	$(KIND_KUBECTL) apply --server-side -k $(KIND_DIR)
+	$(KIND_KUBECTL) rollout restart $(KIND_DEPLOYMENT)
+	@$(KIND_KUBECTL) rollout status $(KIND_DEPLOYMENT) --timeout $(KIND_ROLLOUT_TIMEOUT) || { \
+		$(KIND_KUBECTL) describe pods; \
+		$(KIND_KUBECTL) logs $(KIND_DEPLOYMENT) --all-containers --tail 50; exit 1; }
+	KUBECONFIG=$(abspath $(KIND_DIR)/kubeconfig) E2E_DASHBOARD_MODE=service E2E_POD_CIDR=$(KIND_POD_CIDR) \
+		$(PY) -m pytest tests/e2e
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster of kind-e2e (and build/kind)
+	@command -v kind >/dev/null || { echo "kind-down: 'kind' is not on PATH" >&2; exit 1; }
+	kind delete cluster --name $(KIND_CLUSTER)
+	rm -rf $(KIND_DIR)
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches

@@ -1,0 +1,132 @@
+"""Fixtures of the end-to-end suite (``make e2e``; also part of ``make test``).
+
+- ``world`` (package-scoped: stopped after the suite's last test):
+  :class:`tests.e2e.harness.World` - a control plane started here, the generated CRDs
+  and RBAC, the Ray simulator; or the cluster ``$KUBECONFIG`` names.
+- ``managers``: starts ``rayservice-manager`` processes for a test
+  (:meth:`Managers.start`), stops them afterwards (and fails the test if one exited
+  on its own with an error), and attaches their logs to a failing test's report. A
+  test that takes it without starting one gets one in the default mode (pod IP;
+  ``$E2E_DASHBOARD_MODE`` overrides it). Against an external cluster the operator is
+  already deployed there, so nothing is started.
+- ``namespace``: a fresh namespace per test (deleted afterwards); ``api``: an admin
+  :class:`runtime.client.Client`.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import secrets
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from runtime.client import client as client_
+from tests.e2e import harness
+
+ROOT = pathlib.Path(__file__).parents[2]
+BUILD = ROOT / "hack" / "controlplane" / "build.sh"
+E2E_TIMEOUT = 300
+DEFAULT_MODE = os.environ.get("E2E_DASHBOARD_MODE", "pod-ip")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = pathlib.Path(__file__).parent
+    for item in items:
+        if pathlib.Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    managers = getattr(item, "_e2e_managers", None)
+    if report.failed and managers is not None:
+        for manager in managers.started:
+            report.sections.append((f"manager {manager.name} log", manager.tail(200)))
+
+
+@pytest.fixture(scope="session")
+def bin_dir() -> pathlib.Path:
+    done = subprocess.run([str(BUILD)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.fail(
+            f"building the control plane failed (exit {done.returncode}):\n"
+            + "\n".join((done.stderr + done.stdout).splitlines()[-40:]),
+            pytrace=False,
+        )
+    return pathlib.Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="package")  # torn down after the suite's last test, not the session's
+def world(
+    bin_dir: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[harness.World]:
+    with harness.World.started(bin_dir, tmp_path_factory.mktemp("e2e-logs")) as w:
+        yield w
+
+
+class Managers:
+    """The manager processes of one test."""
+
+    def __init__(self, world: harness.World) -> None:
+        self.world = world
+        self.started: list[harness.Manager] = []
+
+    def start(
+        self, mode: str = DEFAULT_MODE, *extra: str, restart_on_exit: bool = False
+    ) -> harness.Manager:
+        if not self.world.local:
+            pytest.skip("starts its own managers: against $KUBECONFIG's cluster the operator "
+                        "is the one deployed there")  # fmt: skip
+        manager = harness.Manager(
+            self.world, f"{len(self.started)}", mode, *extra, restart_on_exit=restart_on_exit
+        )
+        self.started.append(manager.start())
+        return manager
+
+    def stop_all(self) -> list[str]:
+        problems = []
+        for manager in self.started:
+            code = manager.stop()
+            if manager.exits and not manager.restart_on_exit:
+                problems.append(f"manager {manager.name} exited on its own: {manager.exits}")
+            if code not in (0, -9, None):
+                problems.append(f"manager {manager.name} stopped with exit code {code}")
+        return problems
+
+
+@pytest.fixture
+async def managers(world: harness.World, request: pytest.FixtureRequest) -> AsyncIterator[Managers]:
+    m = Managers(world)
+    request.node._e2e_managers = m
+    yield m
+    problems = m.stop_all()
+    assert not problems, problems
+
+
+@pytest.fixture
+async def manager(managers: Managers, world: harness.World) -> None:
+    """One manager in the default mode, leading (nothing to start against a cluster)."""
+    if world.local:
+        await managers.start().wait_leading()
+
+
+@pytest.fixture
+async def api(world: harness.World) -> AsyncIterator[client_.Client]:
+    c = await world.client()
+    async with c:
+        yield c
+
+
+@pytest.fixture
+async def namespace(api: client_.Client) -> AsyncIterator[str]:
+    name = f"e2e-{secrets.token_hex(4)}"
+    await api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    await api.delete(harness.NAMESPACES, None, name)
