@@ -92,6 +92,15 @@ manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (fr
 	$(PY) hack/gen_manifests.py
 	$(PY) hack/gen_rbac_overlay.py
 
+# Issue 15: ours vs KubeRay v1.5.0 (N = 1, 50, 200 RayServices) and ours vs Kopf, one run;
+# writes hack/bench/results/<date>.json and the README table. The full run takes hours
+# (15 min of steady state per operator and N); BENCH_COMPARE_FLAGS="--steady-seconds 120
+# --services 1,50" is a shorter one.
+BENCH_COMPARE_FLAGS ?=
+.PHONY: bench-compare
+bench-compare: $(STAMP) controlplane ## Ours vs KubeRay v1.5.0 and vs Kopf on one control plane; results JSON + README table
+	$(PY) hack/bench/results.py --readme $(BENCH_COMPARE_FLAGS)
+
 .PHONY: bench
 bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints one JSON line last)
 	$(PY) hack/bench/workqueue.py
