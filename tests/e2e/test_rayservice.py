@@ -203,9 +203,12 @@ async def test_a_serve_config_change_is_applied_in_place(
     no_failures(t)
 
 
+@pytest.mark.parametrize("mode", ["pod-ip", "kubernetes-proxy"])
 async def test_a_zero_downtime_upgrade_loses_no_request(
-    world: harness.World, api: client_.Client, namespace: str, manager: None
+    world: harness.World, api: client_.Client, namespace: str, managers: Managers, mode: str
 ) -> None:
+    if world.local:
+        await managers.start(mode).wait_leading()
     await create_sample(api, namespace)
     old = active_cluster(await wait_ready(api, namespace))
     async with ClusterCount(api, namespace) as count, traffic(api, world, namespace) as t:
