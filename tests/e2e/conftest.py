@@ -18,16 +18,14 @@ from __future__ import annotations
 import os
 import pathlib
 import secrets
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from runtime.client import client as client_
+from tests import tools
 from tests.e2e import harness
 
-ROOT = pathlib.Path(__file__).parents[2]
-BUILD = ROOT / "hack" / "controlplane" / "build.sh"
 E2E_TIMEOUT = 300
 DEFAULT_MODE = os.environ.get("E2E_DASHBOARD_MODE", "pod-ip")
 
@@ -53,14 +51,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 
 @pytest.fixture(scope="session")
 def bin_dir() -> pathlib.Path:
-    done = subprocess.run([str(BUILD)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.fail(
-            f"building the control plane failed (exit {done.returncode}):\n"
-            + "\n".join((done.stderr + done.stdout).splitlines()[-40:]),
-            pytrace=False,
-        )
-    return pathlib.Path(done.stdout.strip().splitlines()[-1])
+    return tools.built("hack/controlplane/build.sh")
 
 
 @pytest.fixture(scope="package")  # torn down after the suite's last test, not the session's

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pathlib
 import secrets
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -24,9 +23,8 @@ from kubernetes_asyncio import config as k8s_config
 from runtime.client import client as client_
 from runtime.client import resources
 from runtime.testing import controlplane
+from tests import tools
 
-ROOT = pathlib.Path(__file__).parents[2]
-BUILD = ROOT / "hack" / "controlplane" / "build.sh"
 CRDS = pathlib.Path(__file__).parent / "testdata" / "crds"
 
 
@@ -46,14 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def bin_dir() -> pathlib.Path:
     """Build (or reuse) the control-plane binaries; fail loudly if the build fails."""
-    done = subprocess.run([str(BUILD)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.fail(
-            f"building the control plane failed (exit {done.returncode}):\n"
-            + "\n".join((done.stderr + done.stdout).splitlines()[-40:]),
-            pytrace=False,
-        )
-    return pathlib.Path(done.stdout.strip().splitlines()[-1])
+    return tools.built("hack/controlplane/build.sh")
 
 
 @pytest.fixture(scope="session")

@@ -44,11 +44,11 @@ from pydantic_settings import CliApp
 
 from controllers import main as main_
 from runtime.testing import controlplane
+from tests import tools
 from tests.integration import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 CHART = ROOT / "helm-chart/rayservice-operator"
-INSTALL = ROOT / "hack/helm/install.sh"
 CONFIG_CRDS = ROOT / "config/crd/bases"
 CRD_NAMES = ("rayclusters.ray.io", "rayservices.ray.io")
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -71,14 +71,7 @@ Obj = dict[str, Any]
 @pytest.fixture(scope="session")
 def helm() -> pathlib.Path:
     """Build (or reuse) helm; fail loudly if that fails."""
-    done = subprocess.run([str(INSTALL)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.fail(
-            f"hack/helm/install.sh failed (exit {done.returncode}):\n"
-            + "\n".join((done.stderr + done.stdout).splitlines()[-40:]),
-            pytrace=False,
-        )
-    return pathlib.Path(done.stdout.strip().splitlines()[-1])
+    return tools.built("hack/helm/install.sh")
 
 
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
