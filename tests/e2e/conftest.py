@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import secrets
 from collections.abc import AsyncIterator, Iterator
 
@@ -65,8 +66,10 @@ def world(
 class Managers:
     """The manager processes of one test."""
 
-    def __init__(self, world: harness.World) -> None:
+    def __init__(self, world: harness.World, test: str = "") -> None:
         self.world = world
+        self.prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", test).strip("-")
+        """Log files are ``manager-<test>-<n>.log``: one per process and test."""
         self.started: list[harness.Manager] = []
 
     def start(
@@ -76,7 +79,11 @@ class Managers:
             pytest.skip("starts its own managers: against $KUBECONFIG's cluster the operator "
                         "is the one deployed there")  # fmt: skip
         manager = harness.Manager(
-            self.world, f"{len(self.started)}", mode, *extra, restart_on_exit=restart_on_exit
+            self.world,
+            f"{self.prefix}-{len(self.started)}".lstrip("-"),
+            mode,
+            *extra,
+            restart_on_exit=restart_on_exit,
         )
         self.started.append(manager.start())
         return manager
@@ -94,7 +101,7 @@ class Managers:
 
 @pytest.fixture
 async def managers(world: harness.World, request: pytest.FixtureRequest) -> AsyncIterator[Managers]:
-    m = Managers(world)
+    m = Managers(world, request.node.name)
     request.node._e2e_managers = m
     yield m
     problems = m.stop_all()

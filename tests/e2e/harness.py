@@ -343,7 +343,7 @@ class Traffic:
         port = next(
             (p.get("port") for p in obj.get("ports") or [] if p.get("name") == "serve"), None
         )
-        pairs = []
+        pairs: list[tuple[str, int]] = []
         for endpoint in obj.get("endpoints") or []:
             if (endpoint.get("conditions") or {}).get("ready") is False or port is None:
                 continue

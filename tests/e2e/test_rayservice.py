@@ -20,14 +20,14 @@ import pytest
 import yaml
 
 from runtime.client import client as client_
-from runtime.client import errors
-from tests.e2e import harness
+from tests.e2e import harness, rayservices
 from tests.e2e.conftest import Managers
 
 Obj = dict[str, Any]
 ROOT = pathlib.Path(__file__).parents[2]
 SAMPLE = ROOT / "config" / "samples" / "ray_v1_rayservice.yaml"
 DELETION_DELAY = 5
+NAME = "rayservice-sample"
 PATHS = {"/fruit": "fruit", "/calc/add": "calculator"}
 """What the sample's applications answer (the simulator answers an app's name)."""
 
@@ -52,65 +52,20 @@ def with_serve_config(obj: Obj, config: Obj) -> Obj:
     return obj
 
 
-def condition(obj: Obj, type_: str) -> Obj | None:
-    return next((c for c in obj.get("status", {}).get("conditions") or []
-                 if c.get("type") == type_), None)  # fmt: skip
+async def get(api: client_.Client, namespace: str) -> Obj:
+    return await rayservices.get(api, namespace, NAME)
 
 
-def apps(obj: Obj, which: str = "activeServiceStatus") -> dict[str, str]:
-    statuses = ((obj.get("status") or {}).get(which) or {}).get("applicationStatuses") or {}
-    return {name: s.get("status", "") for name, s in statuses.items()}
+async def wait_ready(api: client_.Client, namespace: str, **options: Any) -> Obj:
+    return await rayservices.wait_ready(api, namespace, NAME, **options)
 
 
-def active_cluster(obj: Obj) -> str | None:
-    name: str | None = ((obj.get("status") or {}).get("activeServiceStatus") or {}).get(
-        "rayClusterName"
-    )
-    return name
-
-
-async def get(api: client_.Client, namespace: str, name: str = "rayservice-sample") -> Obj:
-    return await api.get(harness.RAYSERVICES, namespace, name)
-
-
-async def wait_ready(
-    api: client_.Client, namespace: str, *, within: float = 120, cluster_not: str | None = None
-) -> Obj:
-    """Until Ready with every application RUNNING on the active cluster (not ``cluster_not``)."""
-
-    async def ready() -> Obj | None:
-        obj = await get(api, namespace)
-        ok = (
-            (condition(obj, "Ready") or {}).get("status") == "True"
-            and apps(obj)
-            and all(s == "RUNNING" for s in apps(obj).values())
-            and (condition(obj, "UpgradeInProgress") or {}).get("status", "False") == "False"
-            and active_cluster(obj) != cluster_not
-        )
-        return obj if ok else None
-
-    result: Obj = await harness.until(ready, within, f"RayService in {namespace} Ready")
-    return result
-
-
-async def cluster_names(api: client_.Client, namespace: str) -> set[str]:
-    listed = await api.list(harness.RAYCLUSTERS, namespace)
-    return {c["metadata"]["name"] for c in listed.items}
+async def update_spec(api: client_.Client, namespace: str, change: Any) -> Obj:
+    return await rayservices.update_spec(api, namespace, NAME, change)
 
 
 async def create_sample(api: client_.Client, namespace: str) -> Obj:
     return await api.create(sample(namespace))
-
-
-async def update_spec(api: client_.Client, namespace: str, change: Any) -> Obj:
-    """Apply ``change(obj)`` to the latest RayService and write it (retrying conflicts)."""
-    while True:
-        obj = await get(api, namespace)
-        change(obj)
-        try:
-            return await api.update(obj)
-        except errors.Conflict:
-            continue
 
 
 def bump_ray_version(obj: Obj) -> None:
@@ -122,33 +77,6 @@ def bump_ray_version(obj: Obj) -> None:
     ]:
         for container in template["spec"]["containers"]:
             container["image"] = "rayproject/ray:2.61.0"
-
-
-class ClusterCount:
-    """The most RayClusters that existed at once in a namespace while it ran."""
-
-    def __init__(self, api: client_.Client, namespace: str) -> None:
-        self.api = api
-        self.namespace = namespace
-        self.most = 0
-        self.seen: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
-
-    async def _poll(self) -> None:
-        while True:
-            names = await cluster_names(self.api, self.namespace)
-            self.seen |= names
-            self.most = max(self.most, len(names))
-            await asyncio.sleep(0.2)
-
-    async def __aenter__(self) -> ClusterCount:
-        self._task = asyncio.create_task(self._poll())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
 
 
 def traffic(api: client_.Client, world: harness.World, namespace: str) -> harness.Traffic:
@@ -170,7 +98,7 @@ async def test_the_sample_becomes_ready_and_answers_requests(
         await managers.start(mode).wait_leading()
     await create_sample(api, namespace)
     obj = await wait_ready(api, namespace)
-    assert set(apps(obj)) == {"fruit", "calculator"}
+    assert set(rayservices.apps(obj)) == {"fruit", "calculator"}
     assert obj["status"]["numServeEndpoints"] >= 1
     async with traffic(api, world, namespace) as t:
         await t.wait_requests(40)
@@ -183,7 +111,7 @@ async def test_a_serve_config_change_is_applied_in_place(
 ) -> None:
     created = await create_sample(api, namespace)
     obj = await wait_ready(api, namespace)
-    before = await cluster_names(api, namespace)
+    before = await rayservices.cluster_names(api, namespace)
     config = serve_config(created)
     config["applications"].append(
         {"name": "extra", "route_prefix": "/extra", "import_path": "extra.app"}
@@ -192,11 +120,13 @@ async def test_a_serve_config_change_is_applied_in_place(
                       lambda o: o["spec"].update(with_serve_config(o, config)["spec"]))  # fmt: skip
 
     async def extra_running() -> bool:
-        return apps(await get(api, namespace)).get("extra") == "RUNNING"
+        return rayservices.apps(await get(api, namespace)).get("extra") == "RUNNING"
 
     await harness.until(extra_running, 60, "the added application RUNNING")
-    assert await cluster_names(api, namespace) == before  # no new cluster for a Serve change
-    assert active_cluster(await get(api, namespace)) == active_cluster(obj)
+    assert (
+        await rayservices.cluster_names(api, namespace) == before
+    )  # no new cluster for a Serve change
+    assert rayservices.active_cluster(await get(api, namespace)) == rayservices.active_cluster(obj)
     async with harness.Traffic(api, world, namespace, "rayservice-sample-serve-svc",
                                {"/extra": "extra"}) as t:  # fmt: skip
         await t.wait_requests(10)
@@ -210,14 +140,19 @@ async def test_a_zero_downtime_upgrade_loses_no_request(
     if world.local:
         await managers.start(mode).wait_leading()
     await create_sample(api, namespace)
-    old = active_cluster(await wait_ready(api, namespace))
-    async with ClusterCount(api, namespace) as count, traffic(api, world, namespace) as t:
+    old = rayservices.active_cluster(await wait_ready(api, namespace))
+    async with (
+        rayservices.ClusterCount(api, namespace) as count,
+        traffic(api, world, namespace) as t,
+    ):
         await t.wait_requests(20)
         await update_spec(api, namespace, bump_ray_version)
-        new = active_cluster(await wait_ready(api, namespace, cluster_not=old, within=150))
+        new = rayservices.active_cluster(
+            await wait_ready(api, namespace, cluster_not=old, within=150)
+        )
 
         async def old_gone() -> bool:
-            return await cluster_names(api, namespace) == {new}
+            return await rayservices.cluster_names(api, namespace) == {new}
 
         await harness.until(old_gone, DELETION_DELAY + 60, "the old cluster deleted")
         await t.wait_requests(20)
@@ -232,7 +167,7 @@ async def test_a_broken_config_during_an_upgrade_keeps_traffic_on_the_old_cluste
     world: harness.World, api: client_.Client, namespace: str, manager: None
 ) -> None:
     created = await create_sample(api, namespace)
-    old = active_cluster(await wait_ready(api, namespace))
+    old = rayservices.active_cluster(await wait_ready(api, namespace))
     config = serve_config(created)
     config["applications"][0]["import_path"] = f"{harness.UNIMPORTABLE}.app"
 
@@ -257,8 +192,8 @@ async def test_a_broken_config_during_an_upgrade_keeps_traffic_on_the_old_cluste
         assert harness.UNIMPORTABLE in message
         await asyncio.sleep(3)  # a few polls later, nothing has moved
         obj = await get(api, namespace)
-        assert active_cluster(obj) == old
-        assert (condition(obj, "Ready") or {}).get("status") == "True"
+        assert rayservices.active_cluster(obj) == old
+        assert rayservices.condition(obj, "Ready").get("status") == "True"
         await t.wait_requests(20)
     no_failures(t)  # the old cluster answered everything, including "/fruit"
 
@@ -267,7 +202,7 @@ async def test_a_deleted_head_pod_is_recreated_and_serves_again(
     world: harness.World, api: client_.Client, namespace: str, manager: None
 ) -> None:
     await create_sample(api, namespace)
-    cluster = active_cluster(await wait_ready(api, namespace))
+    cluster = rayservices.active_cluster(await wait_ready(api, namespace))
     selector = f"ray.io/cluster={cluster},ray.io/node-type=head"
     [head] = (await api.list(harness.PODS, namespace, label_selector=selector)).items
     await api.delete(harness.PODS, namespace, head["metadata"]["name"], grace_period_seconds=0)
@@ -279,7 +214,9 @@ async def test_a_deleted_head_pod_is_recreated_and_serves_again(
         if not fresh:
             return False
         obj = await get(api, namespace)
-        return all(s == "RUNNING" for s in apps(obj).values()) and bool(apps(obj))
+        return all(s == "RUNNING" for s in rayservices.apps(obj).values()) and bool(
+            rayservices.apps(obj)
+        )
 
     await harness.until(new_head_serving, 90, "a new head pod serving the applications")
     # Without GCS fault tolerance a lost head loses Serve: requests fail until the new
@@ -287,8 +224,8 @@ async def test_a_deleted_head_pod_is_recreated_and_serves_again(
     async with traffic(api, world, namespace) as t:
         await t.wait_streak(40, within=60)
     obj = await wait_ready(api, namespace)
-    assert await cluster_names(api, namespace) == {cluster}  # the same cluster, healed
-    assert active_cluster(obj) == cluster
+    assert await rayservices.cluster_names(api, namespace) == {cluster}  # the same cluster, healed
+    assert rayservices.active_cluster(obj) == cluster
 
 
 async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_completes(
@@ -297,21 +234,23 @@ async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_complete
     first = managers.start()
     await first.wait_leading()
     await create_sample(api, namespace)
-    old = active_cluster(await wait_ready(api, namespace))
-    async with ClusterCount(api, namespace) as count:
+    old = rayservices.active_cluster(await wait_ready(api, namespace))
+    async with rayservices.ClusterCount(api, namespace) as count:
         await update_spec(api, namespace, bump_ray_version)
 
         async def pending_exists() -> bool:
-            return len(await cluster_names(api, namespace)) == 2
+            return len(await rayservices.cluster_names(api, namespace)) == 2
 
         await harness.until(pending_exists, 60, "a pending cluster")
         first.kill()  # SIGKILL: no goodbye, the Lease stays held until it expires
         second = managers.start()
         await second.wait_leading(within=60)
-        new = active_cluster(await wait_ready(api, namespace, cluster_not=old, within=150))
+        new = rayservices.active_cluster(
+            await wait_ready(api, namespace, cluster_not=old, within=150)
+        )
 
         async def old_gone() -> bool:
-            return await cluster_names(api, namespace) == {new}
+            return await rayservices.cluster_names(api, namespace) == {new}
 
         await harness.until(old_gone, DELETION_DELAY + 60, "the old cluster deleted")
     assert count.most == 2, count.seen  # at most one pending cluster, ever
@@ -341,7 +280,7 @@ async def test_after_a_control_plane_restart_the_manager_reconciles_again(
                       lambda o: o["spec"].update(with_serve_config(o, config)["spec"]))  # fmt: skip
 
     async def reconciled() -> bool:
-        return apps(await get(api, namespace)).get("after") == "RUNNING"
+        return rayservices.apps(await get(api, namespace)).get("after") == "RUNNING"
 
     await harness.until(reconciled, 30, f"the change after a {member} restart reconciled")
     assert time.monotonic() - changed <= 30
@@ -357,14 +296,14 @@ async def test_the_standby_takes_over_when_the_leader_is_killed(
     leader, standby = (one, two) if one.leading() else (two, one)
     assert not standby.leading()
     await create_sample(api, namespace)
-    old = active_cluster(await wait_ready(api, namespace))
+    old = rayservices.active_cluster(await wait_ready(api, namespace))
     await update_spec(api, namespace, bump_ray_version)
     leader.kill()
     await standby.wait_leading(within=60)
-    new = active_cluster(await wait_ready(api, namespace, cluster_not=old, within=150))
+    new = rayservices.active_cluster(await wait_ready(api, namespace, cluster_not=old, within=150))
 
     async def old_gone() -> bool:
-        return await cluster_names(api, namespace) == {new}
+        return await rayservices.cluster_names(api, namespace) == {new}
 
     await harness.until(old_gone, DELETION_DELAY + 60, "the old cluster deleted by the standby")
 
@@ -374,7 +313,7 @@ async def test_deleting_the_rayservice_removes_everything_it_owns(
 ) -> None:
     await create_sample(api, namespace)
     await wait_ready(api, namespace)
-    assert await cluster_names(api, namespace)
+    assert await rayservices.cluster_names(api, namespace)
     await api.delete(harness.RAYSERVICES, namespace, "rayservice-sample")
 
     async def all_gone() -> bool:
