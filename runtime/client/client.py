@@ -2,8 +2,9 @@
 
 Objects are plain JSON dicts (``{"apiVersion": ..., "kind": ..., "metadata": ...}``);
 :mod:`runtime.client.resources` maps a kind to its URL. Authentication and TLS
-come from kubernetes-asyncio's ``Configuration`` (kubeconfig, in-cluster, exec
-plugins and token refresh included), so whatever ``kubectl`` accepts works.
+come from :mod:`runtime.client.kubeconfig` for a plain kubeconfig and in a pod, and
+from kubernetes-asyncio's ``Configuration`` otherwise (exec plugins, auth providers and
+token refresh included), so whatever ``kubectl`` accepts works.
 
 Contract:
 
@@ -53,7 +54,7 @@ import aiohttp
 import tenacity
 
 from runtime import metrics
-from runtime.client import errors, resources
+from runtime.client import errors, kubeconfig, resources
 from runtime.workqueue import ratelimiter
 
 __all__ = ["Client", "ListResult", "Options", "PatchType", "RawResponse", "WatchEvent"]
@@ -174,7 +175,13 @@ class Client:
         cls, path: str | os.PathLike[str] | None = None, *, context: str | None = None,
         options: Options | None = None,
     ) -> Client:  # fmt: skip
-        """A client for a kubeconfig (default ``$KUBECONFIG`` or ``~/.kube/config``)."""
+        """A client for a kubeconfig (default ``$KUBECONFIG`` or ``~/.kube/config``).
+
+        A plain kubeconfig (certificates or a token) is read by
+        :mod:`runtime.client.kubeconfig`; anything else (exec plugins, auth providers,
+        a ``$KUBECONFIG`` list to merge) by kubernetes-asyncio, imported only then."""
+        if path is not None and (light := kubeconfig.from_kubeconfig(path, context)):
+            return cls(light, options=options)
         from kubernetes_asyncio import client as k8s
         from kubernetes_asyncio import config as k8s_config
 
@@ -187,13 +194,8 @@ class Client:
 
     @classmethod
     def in_cluster(cls, *, options: Options | None = None) -> Client:
-        """A client from the pod's service account."""
-        from kubernetes_asyncio import client as k8s
-        from kubernetes_asyncio import config as k8s_config
-
-        configuration = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        return cls(configuration, options=options)
+        """A client from the pod's service account (its token re-read when it rotates)."""
+        return cls(kubeconfig.in_cluster(), options=options)
 
     async def __aenter__(self) -> Client:
         return self

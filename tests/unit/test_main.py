@@ -9,12 +9,12 @@ import pathlib
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.config import incluster_config
 
 import controllers
 from controllers import main
 from controllers.rayservice import reconciler as rayservice_reconciler
 from runtime import log, manager
+from runtime.client import kubeconfig as kubeconfig_
 
 KUBECONFIG = """\
 apiVersion: v1
@@ -208,12 +208,11 @@ def test_kubeconfig_variable_wins_over_in_cluster(
 @pytest.fixture
 def service_account(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> pathlib.Path:
     """In a pod: the API server's address in the environment, the service account's files
-    where kubernetes-asyncio looks for them (here: in ``tmp_path``, not yet written)."""
+    where the client looks for them (here: in ``tmp_path``, not yet written)."""
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "1")
     account = tmp_path / "serviceaccount"
-    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(account / "token"))
-    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(account / "ca.crt"))
+    monkeypatch.setattr(kubeconfig_, "SERVICE_ACCOUNT_DIR", account)
     return account
 
 
