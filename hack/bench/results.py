@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.UTC)
     out = args.out or ROOT / "hack" / "bench" / "results" / f"{started:%Y-%m-%d}.json"
     results: dict[str, Any] = {"scenarios": {}, "frameworks": {}, "run": {
-        "command": shlex.join(["make", "bench-compare", *sys.argv[1:]]),
+        "command": shlex.join(["python", "hack/bench/results.py", *sys.argv[1:]]),
         "steady_seconds": args.steady_seconds, "rounds": args.rounds,
         "started": started.isoformat(timespec="seconds"),
     }}  # fmt: skip
