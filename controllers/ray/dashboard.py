@@ -553,7 +553,7 @@ class _Client:
                 assert api is not None  # client_for checked
                 raw = await api.send(
                     method, url, query=query, body=body, headers=all_headers,
-                    client_timeout=timeout,
+                    client_timeout=timeout, throttle=False,  # data plane: not the QPS budget
                 )  # fmt: skip
                 answer = _Answer(raw.status, raw.body, raw.content_type)
             else:

@@ -329,13 +329,19 @@ class Client:
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         client_timeout: aiohttp.ClientTimeout | None = None,
+        throttle: bool = True,
     ) -> RawResponse:
         """One request with the client's session and credentials, **without** retries or
         error mapping: any status comes back as a :class:`RawResponse`; connection errors
         and timeouts propagate as aiohttp raises them. ``headers`` are added to (and may
-        override) the client's own; ``client_timeout`` defaults to ``Options.timeout`` in total."""
+        override) the client's own; ``client_timeout`` defaults to ``Options.timeout`` in total.
+        ``throttle=False`` skips the client-side token bucket: for data-plane calls
+        tunnelled through the API server's proxy subresources, which client-go's callers
+        (controller-runtime's HTTP client) make outside the REST client's QPS budget too,
+        so that they never delay the controller's own reads and writes."""
         method = method.upper()
-        await self._throttle()
+        if throttle:
+            await self._throttle()
         all_headers = await self._headers(None)
         all_headers.update(headers or {})
         async with self._get_session().request(

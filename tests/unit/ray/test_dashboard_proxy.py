@@ -205,3 +205,38 @@ async def test_closing_the_dashboards_leaves_the_api_client_open(
     assert await client.request("GET", "/api/serve/applications/") == {
         "controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None,
     }  # fmt: skip
+
+
+class RecordingBucket:
+    """Stands in for the client's token bucket: counts who waited for a token."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def when(self, item: object) -> float:
+        self.calls += 1
+        return 0.0
+
+
+async def test_data_plane_calls_through_the_proxy_are_outside_the_qps_budget(
+    proxied: tuple[ApiServer, dashboard.Dashboards], api: tuple[ApiServer, client_.Client]
+) -> None:
+    """Serve polls of hundreds of services must not delay the controller's own writes
+    (at N=200 they took most of the client's 100 QPS); KubeRay's go through
+    controller-runtime's HTTP client, outside client-go's rate limiter, too."""
+    server, owner = proxied
+    bucket = RecordingBucket()
+    api[1]._bucket = bucket  # type: ignore[assignment]
+    server.answers += [
+        headserver.recorded_response("get-two-running.json"),
+        web.Response(status=200),
+        headserver.recorded_response("healthz.txt"),
+    ]
+    client = owner.client_for(address())
+    await client.get_serve_applications()
+    await client.put_serve_applications(CONFIG)
+    assert await client.serve_proxy_healthy(POD) is True
+    assert len(server.requests) == 3
+    assert bucket.calls == 0
+    await api[1].send("GET", "/api")  # the client's own raw requests still wait their turn
+    assert bucket.calls == 1
