@@ -468,8 +468,16 @@ def metrics_minus_audit(
 ) -> dict[str, int]:  # fmt: skip
     """Where ``apiserver_request_total``'s change and the audit log's requests received in
     the same interval differ, by ``VERB resource/subresource`` (non-zero entries only;
-    none expected). The metric counts resource requests when they finish, so the audit
-    side leaves out non-resource requests and those still running."""
+    none expected). Only resource requests are compared: the metric counts them when they
+    finish, so the audit side leaves out those still running; non-resource paths (which
+    the metric counts with an empty resource) are left out on both sides.
+
+    >>> delta = {("GET", "widgets", ""): 2.0, ("GET", "", "/readyz"): 1.0}
+    >>> event = {"requestReceivedTimestamp": "2026-01-01T00:00:01Z", "verb": "get",
+    ...          "stageTimestamp": "2026-01-01T00:00:01Z", "objectRef": {"resource": "widgets"}}
+    >>> metrics_minus_audit(delta, [event], 0.0, 2e9)
+    {'GET widgets': 1}
+    """
     audited: dict[tuple[str, str, str], int] = {}
     for event in events:
         if not since <= _stamp(event["requestReceivedTimestamp"]) <= until:
@@ -483,7 +491,11 @@ def metrics_minus_audit(
         key = (verb, ref.get("resource", ""), ref.get("subresource", ""))
         audited[key] = audited.get(key, 0) + 1
     out = {}
-    for key in sorted(delta.keys() | audited.keys()):
+    # Resource requests only, on both sides: the metric also counts some non-resource
+    # paths (``GET /readyz`` with an empty resource), e.g. a health probe that happened
+    # to fall inside the window, which the audit side leaves out above.
+    resource_keys = {key for key in delta if key[1]}
+    for key in sorted(resource_keys | audited.keys()):
         difference = int(delta.get(key, 0.0)) - audited.get(key, 0)
         if difference:
             out[" ".join(key[:2]) + (f"/{key[2]}" if key[2] else "")] = difference
