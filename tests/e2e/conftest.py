@@ -88,6 +88,12 @@ class Managers:
         self.started.append(manager.start())
         return manager
 
+    async def lead(self, mode: str = DEFAULT_MODE) -> None:
+        """One manager in ``mode``, leading; against an external cluster, nothing (the
+        operator deployed there is the one under test)."""
+        if self.world.local:
+            await self.start(mode).wait_leading()
+
     def stop_all(self) -> list[str]:
         problems = []
         for manager in self.started:
@@ -109,10 +115,9 @@ async def managers(world: harness.World, request: pytest.FixtureRequest) -> Asyn
 
 
 @pytest.fixture
-async def manager(managers: Managers, world: harness.World) -> None:
+async def manager(managers: Managers) -> None:
     """One manager in the default mode, leading (nothing to start against a cluster)."""
-    if world.local:
-        await managers.start().wait_leading()
+    await managers.lead()
 
 
 @pytest.fixture

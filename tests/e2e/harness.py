@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import dataclasses
 import ipaddress
-import json
 import os
 import pathlib
 import signal
@@ -63,7 +62,6 @@ RAYSERVICES = resources.Resource("ray.io", "v1", "RayService", "rayservices")
 RAYCLUSTERS = resources.Resource("ray.io", "v1", "RayCluster", "rayclusters")
 PODS = resources.default_registry.for_kind("v1", "Pod")
 SERVICES = resources.default_registry.for_kind("v1", "Service")
-LEASES = resources.default_registry.for_kind("coordination.k8s.io/v1", "Lease")
 
 Obj = dict[str, Any]
 
@@ -232,9 +230,6 @@ class Manager:
             for line in text.splitlines()
         )
 
-    def ready(self) -> bool:
-        return self._get(self.health_port, "/readyz")[0] == 200
-
     async def wait_leading(self, within: float = 60.0) -> None:
         async def check() -> bool:
             if not self.alive():
@@ -248,16 +243,6 @@ class Manager:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
-
-    def log_lines(self) -> list[Obj]:
-        """The manager's JSON log records (lines that are not JSON are skipped)."""
-        records = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if isinstance(record, dict):
-                    records.append(record)
-        return records
 
     def kill(self) -> None:
         """SIGKILL: no graceful stop, the Lease is not released (and no restart)."""

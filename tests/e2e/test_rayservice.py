@@ -94,8 +94,7 @@ def no_failures(t: harness.Traffic) -> None:
 async def test_the_sample_becomes_ready_and_answers_requests(
     world: harness.World, api: client_.Client, namespace: str, managers: Managers, mode: str
 ) -> None:
-    if world.local:
-        await managers.start(mode).wait_leading()
+    await managers.lead(mode)
     await create_sample(api, namespace)
     obj = await wait_ready(api, namespace)
     assert set(rayservices.apps(obj)) == {"fruit", "calculator"}
@@ -137,8 +136,7 @@ async def test_a_serve_config_change_is_applied_in_place(
 async def test_a_zero_downtime_upgrade_loses_no_request(
     world: harness.World, api: client_.Client, namespace: str, managers: Managers, mode: str
 ) -> None:
-    if world.local:
-        await managers.start(mode).wait_leading()
+    await managers.lead(mode)
     await create_sample(api, namespace)
     old = rayservices.active_cluster(await wait_ready(api, namespace))
     async with (
