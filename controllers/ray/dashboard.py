@@ -31,7 +31,16 @@ available"), :class:`DashboardTimeout` (the connect or total timeout passed),
 :class:`DashboardHTTPError` (a non-2xx answer: ``status`` and the body's ``text``,
 such as Serve's plain-text 400 for a config without ``import_path``; in
 kubernetes-proxy mode the API server's refusals too, e.g. 403 with its message) and
-:class:`DashboardMalformed` (a 2xx body that is not JSON or not the expected shape).
+:class:`DashboardMalformed` (a 2xx body that is not JSON or not the expected shape, or
+with more than :data:`MAX_APPLICATIONS` applications) and :class:`DashboardRedirected`
+(a 3xx answer, naming its ``Location``).
+
+**Never followed, never unbounded**: redirects are not followed in any mode (a head
+that answers the PUT with a 307 would otherwise have the config re-sent wherever it
+points, and in kubernetes-proxy mode the manager's bearer token with it); every body is
+read with a cap (``Dashboards(max_body_bytes=)``, default 4 MiB: Serve's answer for a
+config at the CRD's 1.5 MiB bound fits), refused as :class:`DashboardMalformed` past it
+without keeping what was read.
 
 **Timeouts** (:class:`Timeouts`): connect 2 s and total 2 s by default (KubeRay's
 client has a 2 s total timeout); every request has both. Nothing is retried here: the
@@ -93,11 +102,14 @@ import pydantic
 
 from api.v1 import rayservice
 from runtime.client import client as client_
+from runtime.client import errors as errors_
 
 __all__ = [
     "ADDRESS_MODES",
     "APPLICATIONS_PATH",
     "AUTH_HEADER",
+    "MAX_APPLICATIONS",
+    "MAX_BODY_BYTES",
     "Address",
     "ApplicationDetails",
     "ApplicationStatus",
@@ -106,6 +118,7 @@ __all__ = [
     "DashboardFactory",
     "DashboardHTTPError",
     "DashboardMalformed",
+    "DashboardRedirected",
     "DashboardTimeout",
     "DashboardUnreachable",
     "Dashboards",
@@ -133,6 +146,11 @@ HEALTHZ_PATH = "/-/healthz"
 AUTH_HEADER = "x-ray-authorization"
 _DASHBOARD_PORT_NAME = "dashboard"
 _SERVE_PORT_NAME = "serve"
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""Default cap on a dashboard answer's body (bytes)."""
+MAX_APPLICATIONS = 1000
+"""More applications in one answer than this is refused as malformed (a head cannot
+run that many; the bound keeps one answer's parse short)."""
 _ERROR_TEXT_IN_MESSAGE = 1000
 """Characters of a response body quoted in an error's message (``text`` keeps all)."""
 
@@ -204,6 +222,11 @@ def parse_serve_details(body: bytes | str) -> ServeDetails:
         decoded = json.loads(body)
     except ValueError as exc:
         raise DashboardMalformed(f"the body is not JSON ({exc})", text=_as_text(body)) from None
+    applications = decoded.get("applications") if isinstance(decoded, dict) else None
+    if isinstance(applications, dict) and len(applications) > MAX_APPLICATIONS:
+        raise DashboardMalformed(
+            f"the body lists {len(applications)} applications, more than {MAX_APPLICATIONS}"
+        )
     try:
         return ServeDetails.model_validate(decoded)
     except pydantic.ValidationError as exc:
@@ -247,6 +270,20 @@ class DashboardHTTPError(DashboardError):
         quoted = text.strip()[:_ERROR_TEXT_IN_MESSAGE]
         super().__init__(
             f"HTTP {status}" + (f": {quoted}" if quoted else ""), method=method, url=url
+        )
+
+
+class DashboardRedirected(DashboardError):
+    """A 3xx answer: never followed; ``status`` and ``location`` say where it pointed."""
+
+    def __init__(self, status: int, location: str, *, method: str = "", url: str = "") -> None:
+        self.status = status
+        self.location = location
+        super().__init__(
+            f"HTTP {status} redirect to {location or '(no Location)'} refused "
+            "(redirects are never followed)",
+            method=method,
+            url=url,
         )
 
 
@@ -436,6 +473,7 @@ class Dashboards:
 
     ``api``: the manager's API client, needed for ``kubernetes-proxy`` addresses.
     ``session_factory``: makes the one shared session (tests count its calls).
+    ``max_body_bytes``: the cap on an answer's body (default :data:`MAX_BODY_BYTES`).
     """
 
     def __init__(
@@ -444,9 +482,11 @@ class Dashboards:
         api: client_.Client | None = None,
         timeouts: Timeouts | None = None,
         session_factory: Callable[[], aiohttp.ClientSession] = _default_session,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.api = api
         self.timeouts = timeouts or Timeouts()
+        self.max_body_bytes = max_body_bytes
         self._session_factory = session_factory
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -485,6 +525,7 @@ class _Answer:
     status: int
     body: bytes
     content_type: str
+    location: str = ""
 
 
 class _Client:
@@ -554,17 +595,27 @@ class _Client:
                 raw = await api.send(
                     method, url, query=query, body=body, headers=all_headers,
                     client_timeout=timeout, throttle=False,  # data plane: not the QPS budget
+                    max_bytes=self._owner.max_body_bytes,
                 )  # fmt: skip
-                answer = _Answer(raw.status, raw.body, raw.content_type)
+                answer = _Answer(raw.status, raw.body, raw.content_type, raw.location)
             else:
                 async with self._owner.session().request(
-                    method, url, params=query, data=body, headers=all_headers, timeout=timeout
-                ) as response:
+                    method, url, params=query, data=body, headers=all_headers, timeout=timeout,
+                    allow_redirects=False,
+                ) as response:  # fmt: skip
                     answer = _Answer(
                         response.status,
-                        await response.read(),
+                        await client_.read_capped(
+                            response, self._owner.max_body_bytes, method, self._shown(url)
+                        ),
                         response.headers.get("Content-Type", ""),
+                        response.headers.get("Location", ""),
                     )
+        except errors_.ResponseTooLarge as exc:
+            raise DashboardMalformed(
+                f"the answer is larger than {exc.limit} bytes; refused",
+                method=method, url=self._shown(url),
+            ) from None  # fmt: skip
         except TimeoutError as exc:  # also aiohttp's connect/read timeouts
             raise DashboardTimeout(
                 _describe(exc, "timed out"), method=method, url=self._shown(url)
@@ -575,6 +626,10 @@ class _Client:
             ) from exc
         except OSError as exc:  # pragma: no cover (aiohttp wraps socket errors)
             raise DashboardUnreachable(str(exc), method=method, url=self._shown(url)) from exc
+        if 300 <= answer.status < 400:
+            raise DashboardRedirected(
+                answer.status, answer.location, method=method, url=self._shown(url)
+            )
         if check and not 200 <= answer.status < 300:
             raise self._http_error(method, url, answer)
         return answer

@@ -30,6 +30,15 @@ Contract:
   every function added with :meth:`Client.add_delete_observer` is called with
   the resource, namespace, name and the server's answer (the object, or a
   ``Status``). The cache uses both for write-through.
+- **Redirects are never followed**: a 3xx answer is :class:`errors.Redirected`
+  (naming its ``Location``); from :meth:`Client.send` it comes back as it is. Following
+  one would re-send the request's body and bearer token to wherever it points.
+- **Bodies are read with a cap**: an answer longer than ``Options.max_response_bytes``
+  (default 256 MiB, a page of 500 large objects) raises :class:`errors.ResponseTooLarge`
+  as soon as it is known (``Content-Length``, or while reading), keeping nothing of it;
+  a watch event longer than ``Options.max_watch_event_bytes`` (default 16 MiB, ten
+  times etcd's largest object) ends the watch the same way; :meth:`Client.send` takes
+  its own ``max_bytes``.
 - **Raw requests** (:meth:`Client.send`): one request through the same session and
   credentials, with no retry and no error mapping, answering status and bytes; for
   subresources whose answers are not Kubernetes objects (``services/<svc>:<port>/proxy``,
@@ -113,6 +122,13 @@ class Options:
     user_agent: str = "rayservice-operator/runtime"
     """User-Agent header. Default "rayservice-operator/runtime"."""
 
+    max_response_bytes: int = 256 * 1024 * 1024
+    """Longest answer body read (larger: :class:`errors.ResponseTooLarge`). Default 256 MiB."""
+
+    max_watch_event_bytes: int = 16 * 1024 * 1024
+    """Longest watch event read (larger ends the watch with
+    :class:`errors.ResponseTooLarge`). Default 16 MiB."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListResult:
@@ -129,6 +145,8 @@ class RawResponse:
     status: int
     content_type: str
     body: bytes
+    location: str = ""
+    """The ``Location`` header (of a redirect, which is never followed)."""
 
 
 WriteObserver = Callable[[Obj], None]
@@ -330,6 +348,7 @@ class Client:
         headers: Mapping[str, str] | None = None,
         client_timeout: aiohttp.ClientTimeout | None = None,
         throttle: bool = True,
+        max_bytes: int | None = None,
     ) -> RawResponse:
         """One request with the client's session and credentials, **without** retries or
         error mapping: any status comes back as a :class:`RawResponse`; connection errors
@@ -338,7 +357,9 @@ class Client:
         ``throttle=False`` skips the client-side token bucket: for data-plane calls
         tunnelled through the API server's proxy subresources, which client-go's callers
         (controller-runtime's HTTP client) make outside the REST client's QPS budget too,
-        so that they never delay the controller's own reads and writes."""
+        so that they never delay the controller's own reads and writes. ``max_bytes``
+        (default ``Options.max_response_bytes``) caps the body read
+        (:class:`errors.ResponseTooLarge`); a redirect is returned, never followed."""
         method = method.upper()
         if throttle:
             await self._throttle()
@@ -351,10 +372,17 @@ class Client:
             data=body,
             headers=all_headers,
             timeout=client_timeout or aiohttp.ClientTimeout(total=self.options.timeout),
+            allow_redirects=False,
         ) as response:
-            raw = await response.read()
             _requests.counter(str(response.status), method, self._host_label).inc()
-            return RawResponse(response.status, response.headers.get("Content-Type", ""), raw)
+            limit = self.options.max_response_bytes if max_bytes is None else max_bytes
+            raw = await read_capped(response, limit, method, path)
+            return RawResponse(
+                response.status,
+                response.headers.get("Content-Type", ""),
+                raw,
+                response.headers.get("Location", ""),
+            )
 
     async def _once(
         self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
@@ -375,9 +403,12 @@ class Client:
             data=data,
             headers=await self._headers(content_type),
             timeout=aiohttp.ClientTimeout(total=request_timeout or self.options.timeout),
+            allow_redirects=False,
         ) as response:
-            raw = await response.read()
             _requests.counter(str(response.status), method, self._host_label).inc()
+            if 300 <= response.status < 400:
+                raise errors.Redirected(response.status, response.headers.get("Location", ""))
+            raw = await read_capped(response, self.options.max_response_bytes, method, path)
             decoded = _decode(raw)
             if response.status >= 400:
                 raise errors.from_status(
@@ -554,14 +585,21 @@ class Client:
             params=_query(query),
             headers=await self._headers(None),
             timeout=timeout,
+            allow_redirects=False,
         ) as response:
             _requests.counter(str(response.status), "WATCH", self._host_label).inc()
+            if 300 <= response.status < 400:
+                raise errors.Redirected(response.status, response.headers.get("Location", ""))
             if response.status >= 400:
-                decoded = _decode(await response.read())
+                raw = await read_capped(
+                    response, self.options.max_response_bytes, "WATCH", resource.path(namespace)
+                )
+                decoded = _decode(raw)
                 raise errors.from_status(
                     response.status, decoded if isinstance(decoded, dict) else {}
                 )
-            async for line in _lines(response.content):
+            limit = self.options.max_watch_event_bytes
+            async for line in _lines(response.content, limit, resource.path(namespace)):
                 if not line.strip():
                     continue
                 event: WatchEvent = json.loads(line)
@@ -591,17 +629,35 @@ class Client:
         return {"fieldManager": self.options.field_manager}
 
 
-async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The newline-separated lines of a stream, of any length.
+async def read_capped(response: aiohttp.ClientResponse, limit: int, method: str, url: str) -> bytes:
+    """The body of ``response``, refused (:class:`errors.ResponseTooLarge`) past ``limit``
+    bytes: at once when ``Content-Length`` says so, else as soon as the chunks read
+    exceed it (what was read is dropped). Shared by every HTTP client of the project."""
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise errors.ResponseTooLarge(method, url, limit)
+    body = bytearray()
+    async for chunk in response.content.iter_any():
+        if len(body) + len(chunk) > limit:
+            raise errors.ResponseTooLarge(method, url, limit)
+        body += chunk
+    return bytes(body)
+
+
+async def _lines(stream: aiohttp.StreamReader, limit: int, url: str) -> AsyncIterator[bytes]:
+    """The newline-separated lines of a stream, each at most ``limit`` bytes.
 
     aiohttp's own line reader raises ``LineTooLong`` past a limit (512 KiB in aiohttp
     3.x) that a watch event of a large object (etcd allows ~1.5 MiB) exceeds, so the
-    chunks are split here; a line spanning chunks is joined once, when it ends.
+    chunks are split here; a line spanning chunks is joined once, when it ends. A line
+    longer than ``limit`` raises :class:`errors.ResponseTooLarge`.
     """
     pending = bytearray()
     async for chunk in stream.iter_any():
         start = 0
         while (end := chunk.find(b"\n", start)) != -1:
+            if len(pending) + end - start > limit:
+                raise errors.ResponseTooLarge("WATCH", url, limit)
             if pending:
                 pending += chunk[start:end]
                 yield bytes(pending)
@@ -609,6 +665,8 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             else:
                 yield chunk[start:end]
             start = end + 1
+        if len(pending) + len(chunk) - start > limit:
+            raise errors.ResponseTooLarge("WATCH", url, limit)
         pending += chunk[start:]
     if pending:
         yield bytes(pending)

@@ -38,6 +38,8 @@ __all__ = [
     "Gone",
     "Invalid",
     "NotFound",
+    "Redirected",
+    "ResponseTooLarge",
     "ServerError",
     "ServerTimeout",
     "TooManyRequests",
@@ -110,6 +112,27 @@ class ServerError(ApiError):
 
 class ServerTimeout(ServerError):
     """504, or reason Timeout: the server gave up on the request."""
+
+
+class Redirected(ApiError):
+    """3xx: the server answered with a redirect, which this client never follows (a
+    redirect would re-send the body, and the credentials, to wherever it points);
+    ``location`` is where it pointed."""
+
+    def __init__(self, status: int, location: str) -> None:
+        self.location = location
+        super().__init__(status, "Redirect", f"redirect to {location or '(no Location)'} refused")
+
+
+class ResponseTooLarge(Exception):
+    """An answer's body was larger than the client reads (``limit`` bytes); nothing of it
+    is kept. Not an :class:`ApiError`: the server may have answered 200."""
+
+    def __init__(self, method: str, url: str, limit: int) -> None:
+        self.method = method
+        self.url = url
+        self.limit = limit
+        super().__init__(f"{method} {url}: the answer is larger than {limit} bytes; refused")
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

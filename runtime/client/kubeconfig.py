@@ -71,7 +71,8 @@ class Credentials:
     cert_file: str | None = None
     key_file: str | None = None
     verify_ssl: bool = True
-    token: str | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)
+    """The bearer token (never shown by ``repr``)."""
     token_file: str | None = None
     _token_stamp: tuple[int, int] | None = dataclasses.field(default=None, repr=False)
 

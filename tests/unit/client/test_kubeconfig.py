@@ -142,3 +142,9 @@ async def test_an_exec_kubeconfig_still_works_through_kubernetes_asyncio(
         assert client.host == "https://127.0.0.1:1"
         token = await client.configuration.get_api_key_with_prefix("BearerToken")
         assert token == "Bearer from-exec"
+
+
+def test_the_token_never_shows_in_repr() -> None:
+    creds = kubeconfig.Credentials(host="https://127.0.0.1:6443", token="s3cr3t-token-value")
+    assert "s3cr3t-token-value" not in repr(creds)
+    assert "127.0.0.1:6443" in repr(creds)
