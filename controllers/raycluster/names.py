@@ -27,6 +27,23 @@ few checks KubeRay leaves to the API server that are certain to fail (a group na
 that is no label value, a serve service without a ``serve`` port). A non-empty list
 means "fix the spec": the reconciler reports it and does not retry.
 
+**Service templates** (``headGroupSpec.headService``, a RayService's ``serveService``;
+:func:`service_template_problems`) may set only what users set on these Services in
+practice, because the operator creates them with its own rights and admission policies
+see the operator, not the author: ``metadata`` ``name``, ``labels``, ``annotations``;
+``spec`` ``type`` (``ClusterIP``, ``NodePort`` or ``LoadBalancer``), ``ports`` (``name``,
+``port``, ``targetPort``, ``nodePort``, ``protocol``, ``appProtocol``),
+``clusterIP: None`` (headless), ``publishNotReadyAddresses``, ``sessionAffinity`` (and
+its config), ``externalTrafficPolicy``, ``internalTrafficPolicy``, ``ipFamilies``,
+``ipFamilyPolicy``, ``trafficDistribution``, and with ``type: LoadBalancer``
+``loadBalancerSourceRanges``, ``loadBalancerClass``, ``allocateLoadBalancerNodePorts``,
+``healthCheckNodePort``. Everything else is refused, naming the field: above all
+``type: ExternalName``/``externalName`` (the name the operator reaches the dashboard by
+would resolve to whatever the author names, another tenant's head included),
+``externalIPs`` and ``loadBalancerIP`` (traffic for addresses the author does not own:
+CVE-2020-8554), ``selector`` (the operator sets it) and a fixed ``clusterIP``.
+``headGroupSpec.serviceType`` is held to the same types.
+
 KubeRay differences, on purpose: a worker group with ``suspend: true`` is accepted
 (KubeRay v1.5.0 rejects it unless its ``RayJobDeletionPolicy`` feature gate is on;
 this operator always supports per-group suspend), except with the autoscaler on,
@@ -83,6 +100,7 @@ __all__ = [
     "namespace_of",
     "problems",
     "serve_service_name",
+    "service_template_problems",
     "worker_pod_prefix",
 ]
 
@@ -233,6 +251,85 @@ def problems(cluster: v1.RayCluster) -> list[str]:
     return found
 
 
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+"""The Service types a template (or ``serviceType``) may ask for."""
+_TEMPLATE_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec"})
+_TEMPLATE_METADATA = frozenset({"name", "labels", "annotations"})
+_TEMPLATE_SPEC = frozenset(
+    {"type", "ports", "clusterIP", "publishNotReadyAddresses", "sessionAffinity",
+     "sessionAffinityConfig", "externalTrafficPolicy", "internalTrafficPolicy",
+     "ipFamilies", "ipFamilyPolicy", "trafficDistribution"}
+)  # fmt: skip
+_TEMPLATE_LOAD_BALANCER = frozenset(
+    {"loadBalancerSourceRanges", "loadBalancerClass", "allocateLoadBalancerNodePorts",
+     "healthCheckNodePort"}
+)  # fmt: skip
+_TEMPLATE_PORT = frozenset({"name", "port", "targetPort", "nodePort", "protocol", "appProtocol"})
+_REFUSED_WHY = {
+    "externalName": "the Service would be a DNS alias for a name the author chooses",
+    "externalIPs": "the Service would take traffic for addresses the author names (CVE-2020-8554)",
+    "loadBalancerIP": "the Service would claim an address the author names",
+    "selector": "the operator sets the selector",
+    "clusterIPs": "the API server allocates cluster IPs",
+}
+
+
+def service_template_problems(where: str, template: Any) -> list[str]:
+    """Why a Service template at ``where`` (e.g. ``headGroupSpec.headService``) is refused.
+
+    >>> service_template_problems("spec.serveService", {"spec": {"type": "ExternalName",
+    ...     "externalName": "x.other.svc.cluster.local"}})  # doctest: +NORMALIZE_WHITESPACE
+    ["spec.serveService.spec.type 'ExternalName' is not allowed (one of 'ClusterIP',
+      'NodePort', 'LoadBalancer')", 'spec.serveService.spec.externalName is not allowed:
+      the Service would be a DNS alias for a name the author chooses']
+    """
+    if not isinstance(template, Mapping):
+        return [f"{where} must be a Service, got {type(template).__name__}"]
+    found = [f"{where}.{key} is not allowed" for key in sorted(set(template) - _TEMPLATE_KEYS)]
+    metadata = template.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        found.append(f"{where}.metadata must be an object")
+        metadata = {}
+    found += [
+        f"{where}.metadata.{key} is not allowed (only name, labels and annotations are)"
+        for key in sorted(set(metadata) - _TEMPLATE_METADATA)
+    ]
+    spec = template.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        return [*found, f"{where}.spec must be an object"]
+    kind = spec.get("type")
+    if kind is not None and kind not in SERVICE_TYPES:
+        allowed = ", ".join(repr(t) for t in SERVICE_TYPES)
+        found.append(f"{where}.spec.type {kind!r} is not allowed (one of {allowed})")
+    allowed_keys = _TEMPLATE_SPEC | (_TEMPLATE_LOAD_BALANCER if kind == "LoadBalancer" else set())
+    for key in sorted(set(spec) - allowed_keys):
+        if key in _REFUSED_WHY:
+            found.append(f"{where}.spec.{key} is not allowed: {_REFUSED_WHY[key]}")
+        elif key in _TEMPLATE_LOAD_BALANCER:
+            found.append(f"{where}.spec.{key} is allowed only with type 'LoadBalancer'")
+        else:
+            found.append(f"{where}.spec.{key} is not allowed")
+    cluster_ip = spec.get("clusterIP")
+    if cluster_ip not in (None, "", "None"):
+        found.append(
+            f"{where}.spec.clusterIP {cluster_ip!r} is not allowed (only 'None', for a headless "
+            "Service; the API server allocates cluster IPs)"
+        )
+    ports = spec.get("ports") or []
+    if not isinstance(ports, list):
+        found.append(f"{where}.spec.ports must be a list")
+        ports = []
+    for index, port in enumerate(ports):
+        if not isinstance(port, Mapping):
+            found.append(f"{where}.spec.ports[{index}] must be an object")
+            continue
+        found += [
+            f"{where}.spec.ports[{index}].{key} is not allowed"
+            for key in sorted(set(port) - _TEMPLATE_PORT)
+        ]
+    return found
+
+
 def _metadata_problems(name: str) -> list[str]:
     found = []
     if len(name) > MAX_CLUSTER_NAME_LENGTH:
@@ -278,6 +375,13 @@ def _spec_problems(cluster: v1.RayCluster) -> list[str]:
     if not head_containers:
         found.append("headGroupSpec.template should have at least one container")
     found += _group_problems("Head", head.ray_start_params, head.resources, head.labels)
+    if head.service_type not in (None, "", *SERVICE_TYPES):
+        allowed = ", ".join(repr(t) for t in SERVICE_TYPES)
+        found.append(
+            f"headGroupSpec.serviceType {head.service_type!r} is not allowed (one of {allowed})"
+        )
+    if head.head_service is not None:
+        found += service_template_problems("headGroupSpec.headService", head.head_service)
     seen: set[str] = set()
     for group in spec.worker_group_specs or []:
         name = group.group_name

@@ -81,6 +81,7 @@ import structlog
 
 import api.v1 as v1
 from controllers.ray import dashboard
+from controllers.raycluster import names as raycluster_names
 from controllers.raycluster import pods as pods_
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.raycluster import status as raycluster_status
@@ -524,9 +525,30 @@ class Reconciler:
         namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
         found = await self.cache.list(PODS, namespace, label_selector=pods_.selector(name))
         heads = [
-            p for p in found if pods_.is_head(p) and not p["metadata"].get("deletionTimestamp")
+            p
+            for p in found
+            if pods_.is_head(p)
+            and not p["metadata"].get("deletionTimestamp")
+            and services.is_controlled_by(p, cluster)  # a look-alike pod is not the head
         ]
         return heads[0] if len(heads) == 1 else None
+
+    async def _dashboard_service(self, cluster: Obj) -> str:
+        """The head Service the dashboard is reached by in the ``service`` and
+        ``kubernetes-proxy`` modes, once it is shown to lead to this cluster's head and
+        nowhere else: controlled by the RayCluster, not an ``ExternalName`` alias, and
+        selecting the cluster's head pod. :class:`_ServeFailed` otherwise (nothing is
+        sent: the Serve config would go wherever the name leads)."""
+        namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+        head = (cluster.get("status") or {}).get("head") or {}
+        service_name = str(head.get("serviceName") or raycluster_names.head_service_name(name))
+        why = _not_the_head_service(await self._service(namespace, service_name), cluster)
+        if why is not None:
+            raise _ServeFailed(
+                f"the head Service {service_name} of RayCluster {name} {why}: its dashboard "
+                "is not contacted through it"
+            )
+        return service_name
 
     async def _serve(self, obj: Obj, cluster: Obj) -> tuple[dict[str, Any] | None, bool, bool]:
         """Serve on ``cluster``: its applications, whether all are RUNNING, and whether
@@ -537,12 +559,17 @@ class Reconciler:
         if not config or head is None or not raycluster_status.is_running_and_ready(head):
             return None, False, False
         namespace, cluster_name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+        head_service = (
+            await self._dashboard_service(cluster)
+            if self.options.address_mode != "pod-ip"
+            else None
+        )
         try:
             address = dashboard.address(
                 self.options.address_mode,
                 cluster=cluster_name,
                 namespace=namespace,
-                head_service=((cluster.get("status") or {}).get("head") or {}).get("serviceName"),
+                head_service=head_service,
                 head_pod_ip=(head.get("status") or {}).get("podIP"),
                 cluster_domain=self.options.cluster_domain,
             )
@@ -705,6 +732,24 @@ def _controlled(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
         ref.get("controller") and ref.get("uid") == uid
         for ref in obj["metadata"].get("ownerReferences") or ()
     )
+
+
+def _not_the_head_service(found: Obj | None, cluster: Obj) -> str | None:
+    """Why ``found`` cannot be trusted to lead to ``cluster``'s head; None when it can."""
+    if found is None:
+        return "does not exist"
+    if not services.is_controlled_by(found, cluster):
+        return "is not controlled by the RayCluster"
+    spec = found.get("spec") or {}
+    if spec.get("type") == "ExternalName" or spec.get("externalName"):
+        return "is an ExternalName alias"
+    selector = spec.get("selector") or {}
+    if (
+        selector.get(raycluster_names.CLUSTER_LABEL) != cluster["metadata"]["name"]
+        or selector.get(raycluster_names.NODE_TYPE_LABEL) != "head"
+    ):
+        return "does not select the cluster's head pod"
+    return None
 
 
 def _upgrade_type(spec: Mapping[str, Any]) -> str:

@@ -22,7 +22,9 @@ to Ray Serve or on every reconcile:
   ``NewClusterWithIncrementalUpgrade`` is valid for KubeRay but **not supported by
   this operator**, and is reported as such;
 - ``spec.rayClusterDeletionDelaySeconds``: an integer >= 0;
-- ``spec.serveService.metadata.name``, when set: a DNS-1035 label;
+- ``spec.serveService``: a Service template within the allow-list of
+  :func:`controllers.raycluster.names.service_template_problems` (no ``ExternalName``,
+  ``externalIPs``, ...), its ``metadata.name``, when set, a DNS-1035 label;
 - ``spec.serveConfigV2``, when set (:func:`serve_config` parses it): YAML
   (:func:`controllers.ray.serveconfig.serve_config`), with ``applications`` a
   non-empty list of mappings. Each application: ``name`` a non-empty string,
@@ -424,12 +426,15 @@ def _spec_problems(spec: Mapping[str, Any]) -> list[str]:
         custom = (
             (template.get("metadata") or {}).get("name") if isinstance(template, Mapping) else None
         )
-        if not isinstance(template, Mapping):
-            found.append(f"spec.serveService must be a Service, got {type(template).__name__}")
-        elif custom is not None and (
-            not isinstance(custom, str)
-            or len(custom) > _DNS1035_MAX
-            or not _DNS1035.fullmatch(custom)
+        found += names.service_template_problems("spec.serveService", template)
+        if (
+            isinstance(template, Mapping)
+            and custom is not None
+            and (
+                not isinstance(custom, str)
+                or len(custom) > _DNS1035_MAX
+                or not _DNS1035.fullmatch(custom)
+            )
         ):
             found.append(
                 f"spec.serveService.metadata.name {custom!r} is not a valid Service name "

@@ -102,11 +102,15 @@ class Env:
 
     async def start_head(self, cluster: str, *, serve: str = "false") -> dict[str, Any]:
         """What the RayCluster controller and kubelet would do: a Running, Ready head."""
+        owner = await self.client.get(v1.RAYCLUSTERS, "ns", cluster)
         pod = await self.client.create({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{cluster}-head-x", "namespace": "ns", "labels": {
                 "ray.io/cluster": cluster, "ray.io/node-type": "head",
-                "ray.io/is-ray-node": "yes", "ray.io/serve": serve}},
+                "ray.io/is-ray-node": "yes", "ray.io/serve": serve},
+                "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                                     "name": cluster, "uid": owner["metadata"]["uid"],
+                                     "controller": True}]},
             "spec": {"containers": [{"name": "ray-head", "image": "ray"}]},
         })  # fmt: skip
         pod["status"] = {

@@ -339,10 +339,13 @@ async def test_a_restarted_head_with_a_new_ip_is_served_again(env: Env) -> None:
     await env.client.delete(PODS, "ns", f"{name}-head-x")
     await helpers.settle()
     env.fake(name).restart()
+    owner = await env.client.get(v1.RAYCLUSTERS, "ns", name)
     pod = await env.client.create({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": f"{name}-head-y", "namespace": "ns", "labels": {
-            "ray.io/cluster": name, "ray.io/node-type": "head", "ray.io/is-ray-node": "yes"}},
+            "ray.io/cluster": name, "ray.io/node-type": "head", "ray.io/is-ray-node": "yes"},
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": name,
+                                 "uid": owner["metadata"]["uid"], "controller": True}]},
         "spec": {"containers": [{"name": "ray-head", "image": "ray"}]},
     })  # fmt: skip
     pod["status"] = {"phase": "Running", "podIP": "198.18.7.7",

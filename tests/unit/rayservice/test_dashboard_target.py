@@ -1,0 +1,118 @@
+"""The Serve config goes only to this RayService's own head, whatever names say.
+
+In the ``service`` and ``kubernetes-proxy`` modes the dashboard is reached through
+the cluster's head Service; it is used only when it is controlled by the RayCluster,
+is no ``ExternalName`` alias and selects the cluster's head. A pod that merely
+carries the head's labels is not the head.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import api.v1 as v1
+from controllers.rayservice import reconciler as reconciler_
+from runtime import reconcile
+from runtime.client import resources
+from tests.unit import helpers
+from tests.unit.rayservice.test_reconciler import REQUEST, Env, rayservice
+
+SERVICES = resources.default_registry.for_kind("v1", "Service")
+VICTIM = "victim-head-svc.tenant-b.svc.cluster.local"
+
+
+@pytest.fixture
+async def env() -> Any:
+    environment = Env()
+    environment.reconciler.options = reconciler_.Options(address_mode="service")
+    await environment.cache.start()
+    try:
+        yield environment
+    finally:
+        await environment.cache.stop()
+
+
+async def head_service(env: Env, cluster: str, **spec: Any) -> None:
+    owner = await env.client.get(v1.RAYCLUSTERS, "ns", cluster)
+    body = {
+        "selector": {"ray.io/cluster": cluster, "ray.io/node-type": "head"},
+        "ports": [{"name": "dashboard", "port": 8265}],
+        **spec,
+    }
+    await env.client.create({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": f"{cluster}-head-svc", "namespace": "ns", "ownerReferences": [
+            {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
+             "uid": owner["metadata"]["uid"], "controller": True}]},
+        "spec": body,
+    })  # fmt: skip
+    await helpers.settle()
+
+
+async def first_cluster(env: Env) -> str:
+    await env.client.create(rayservice())
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    return name
+
+
+async def test_through_its_own_head_service_the_config_is_submitted(env: Env) -> None:
+    name = await first_cluster(env)
+    await head_service(env, name)
+    await env.start_head(name)
+    await env.reconcile()
+    assert env.fake(name).put_count == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ({"type": "ExternalName", "externalName": VICTIM, "selector": None}, "ExternalName"),
+        ({"selector": {"ray.io/cluster": "someone-else", "ray.io/node-type": "head"}}, "select"),
+    ],
+)
+async def test_a_head_service_leading_elsewhere_gets_nothing(
+    env: Env, spec: dict[str, Any], why: str
+) -> None:
+    name = await first_cluster(env)
+    await head_service(env, name, **spec)
+    await env.start_head(name)
+    with pytest.raises(Exception, match=why):
+        await env.reconciler.reconcile(REQUEST)
+    assert env.fake(name).get_count == 0
+    assert env.fake(name).put_count == 0
+
+
+async def test_a_head_service_the_cluster_does_not_control_gets_nothing(env: Env) -> None:
+    name = await first_cluster(env)
+    await env.client.create({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": f"{name}-head-svc", "namespace": "ns"},
+        "spec": {"type": "ExternalName", "externalName": VICTIM},
+    })  # fmt: skip
+    await helpers.settle()
+    await env.start_head(name)
+    with pytest.raises(Exception, match="not controlled by the RayCluster"):
+        await env.reconciler.reconcile(REQUEST)
+    assert (env.fake(name).get_count, env.fake(name).put_count) == (0, 0)
+
+
+async def test_a_look_alike_head_pod_is_not_the_head(env: Env) -> None:
+    env.reconciler.options = reconciler_.Options(address_mode="pod-ip")
+    name = await first_cluster(env)
+    pod = await env.client.create({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{name}-head-fake", "namespace": "ns", "labels": {
+            "ray.io/cluster": name, "ray.io/node-type": "head", "ray.io/is-ray-node": "yes"}},
+        "spec": {"containers": [{"name": "ray-head", "image": "ray"}]},
+    })  # fmt: skip
+    pod["status"] = {"phase": "Running", "podIP": "198.18.3.3",
+                     "conditions": [{"type": "Ready", "status": "True"}]}  # fmt: skip
+    await env.client.update_status(pod)
+    await helpers.settle()
+    result = await env.reconcile()
+    assert isinstance(result, reconcile.Result)
+    assert (env.fake(name).get_count, env.fake(name).put_count) == (0, 0)
