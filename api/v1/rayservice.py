@@ -10,7 +10,9 @@ Spec:
 - ``serveConfigV2``: the Serve multi-application config, a YAML document in a
   string (``applications: [{name, import_path, route_prefix, ...}]``). It is
   parsed at reconcile time, not here: invalid YAML is reported on the object (a
-  condition and an Event), it does not fail validation.
+  condition and an Event), it does not fail validation. At most
+  :data:`MAX_SERVE_CONFIG_LENGTH` characters (1.5 MiB, etcd's object limit; the CRD's
+  ``maxLength``).
 - ``rayClusterConfig`` (required): a :class:`~api.v1.raycluster.RayClusterSpec`,
   pod templates carried as raw objects (see :mod:`api.v1.raycluster` for that
   trade-off).
@@ -56,6 +58,7 @@ from api.v1 import groupversion, meta, raycluster
 from runtime.client import resources
 
 __all__ = [
+    "MAX_SERVE_CONFIG_LENGTH",
     "AppStatus",
     "ApplicationStatus",
     "ConditionReason",
@@ -121,10 +124,16 @@ class RayServiceUpgradeStrategy(meta.Model):
     """Options of ``NewClusterWithIncrementalUpgrade`` (KubeRay; stored, not acted on)."""
 
 
+MAX_SERVE_CONFIG_LENGTH = 1536 * 1024
+"""Longest ``serveConfigV2``, in characters."""
+
+
 class RayServiceSpec(meta.Model):
     """The desired state of a RayService."""
 
-    serve_config_v2: str | None = None
+    serve_config_v2: Annotated[str, pydantic.Field(max_length=MAX_SERVE_CONFIG_LENGTH)] | None = (
+        None
+    )
     """The Serve multi-application config, as a YAML string."""
     ray_cluster_config: raycluster.RayClusterSpec
     """The RayCluster to run the applications on."""

@@ -80,7 +80,7 @@ from typing import Any
 import structlog
 
 import api.v1 as v1
-from controllers.ray import dashboard
+from controllers.ray import dashboard, serveconfig
 from controllers.raycluster import names as raycluster_names
 from controllers.raycluster import pods as pods_
 from controllers.raycluster import reconciler as raycluster_reconciler
@@ -212,6 +212,9 @@ class Reconciler:
         if not objects.has_finalizer(obj, FINALIZER):
             obj = await self._add_finalizer(obj)
 
+        text = (obj.get("spec") or {}).get("serveConfigV2")
+        if isinstance(text, str):
+            await serveconfig.parse_off_loop(text)  # once per text, never on the loop
         problems = validation.problems(obj)
         if problems:
             message = "; ".join(problems)

@@ -11,7 +11,8 @@ to Ray Serve or on every reconcile:
   ``<name>-<5 characters>`` fits a RayCluster name (53), and a DNS-1035 label;
 - annotation :data:`INITIALIZING_TIMEOUT_ANNOTATION`, when set and not empty: a
   positive Go duration (``"30m"``, ``"1h30m"``, ``"90s"``, ``"1.5h"``) or a positive
-  number of seconds (``"600"``); :func:`initializing_timeout` reads it;
+  number of seconds (``"600"``), at most 64 characters; :func:`initializing_timeout`
+  reads it;
 - ``spec.rayClusterConfig``: present, a valid RayCluster spec (the API schema
   and the RayCluster controller's rules), no
   ``headGroupSpec.headService.metadata.name`` (a RayService's head service is
@@ -112,6 +113,8 @@ _GO_UNITS = {
 _GO_TERM = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
 _GO_MAX_SECONDS = fractions.Fraction(2**63 - 1, 10**9)
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_MAX_TIMEOUT_LENGTH = 64
+"""Longest annotation value read (a user string: bounded before it is parsed)."""
 
 
 def _go_duration(text: str) -> fractions.Fraction | None:
@@ -148,6 +151,8 @@ def _go_duration(text: str) -> fractions.Fraction | None:
 def _timeout(value: str) -> tuple[float | None, str | None]:
     """(seconds, None) or (None, problem) for an annotation value."""
     where = f"annotation {INITIALIZING_TIMEOUT_ANNOTATION}"
+    if len(value) > _MAX_TIMEOUT_LENGTH:
+        return None, f"{where} has {len(value)} characters; at most {_MAX_TIMEOUT_LENGTH}"
     duration = _go_duration(value)
     if duration is not None:
         if duration <= 0:

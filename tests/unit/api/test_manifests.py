@@ -193,6 +193,7 @@ def test_validation_rules_reach_the_schema() -> None:
         "type": "string",
         "nullable": True,
         "description": "The Serve multi-application config, as a YAML string.",
+        "maxLength": 1572864,
     }
     assert spec["serveService"]["x-kubernetes-preserve-unknown-fields"] is True
 

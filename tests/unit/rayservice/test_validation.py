@@ -489,3 +489,13 @@ def test_all_problems_are_listed_together() -> None:
         "spec.rayClusterDeletionDelaySeconds",
         "spec.serveConfigV2:",
     ]
+
+
+def test_an_endless_initializing_timeout_is_refused_before_it_is_parsed() -> None:
+    svc = service()
+    svc["metadata"]["annotations"] = {validation.INITIALIZING_TIMEOUT_ANNOTATION: "9" * 5000 + "s"}
+    assert validation.problems(svc) == [
+        f"annotation {validation.INITIALIZING_TIMEOUT_ANNOTATION} has 5001 characters; at most 64"
+    ]
+    with pytest.raises(ValueError, match="at most 64"):
+        validation.initializing_timeout(svc)
