@@ -61,8 +61,10 @@ __all__ = [
     "CACHED",
     "MAX_ALIAS_NODES",
     "MAX_LENGTH",
+    "REDACTED",
     "ServeConfigError",
     "parse_off_loop",
+    "redact",
     "serve_config",
 ]
 
@@ -106,6 +108,42 @@ def serve_config(serve_config_v2: str) -> dict[str, Any]:
         raise ServeConfigError(str(error), line=error.line, column=error.column)
     result: dict[str, Any] = json.loads(encoded)
     return result
+
+
+_NOT_SECRET = frozenset({"name", "import_path", "route_prefix"})
+"""Keys whose values are kept by :func:`redact` (they name things; the message needs them)."""
+REDACTED = "<redacted>"
+
+
+def redact(text: str, config: Any) -> str:
+    """``text`` (Serve's refusal, which may echo the config) with every value of
+    ``config`` replaced by ``<redacted>``, except application and deployment names,
+    import paths and route prefixes; keys are kept. Values are scalars of three
+    characters or more (shorter ones are not worth hiding and would garble the text).
+
+    >>> config = {"applications": [{"name": "a", "import_path": "m.a",
+    ...     "runtime_env": {"env_vars": {"TOKEN": "hunter2-secret"}}}]}
+    >>> redact("bad env_vars: {'TOKEN': 'hunter2-secret'} in app a (m.a)", config)
+    "bad env_vars: {'TOKEN': '<redacted>'} in app a (m.a)"
+    """
+    values: set[str] = set()
+
+    def walk(node: Any, key: str | None) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, str(k))
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, key)
+        elif key not in _NOT_SECRET and not isinstance(node, bool) and node is not None:
+            value = str(node)
+            if len(value) >= 3:
+                values.add(value)
+
+    walk(config, None)
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
 
 
 async def parse_off_loop(serve_config_v2: str) -> None:

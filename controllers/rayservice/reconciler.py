@@ -592,21 +592,24 @@ class Reconciler:
                 try:
                     await client.put_serve_applications(config)
                 except dashboard.DashboardError as exc:
+                    # Serve's refusal may echo values of the config (env_vars...): they
+                    # reach neither the status, nor Events, nor logs.
+                    said = serveconfig.redact(str(exc), config)
                     # A PUT that timed out may still deploy (Ray starts Serve on the first
                     # one, which takes longer than the timeout): the next pass sees it in
                     # deployed_app_config. Anything else is worth an Event.
                     if not isinstance(exc, dashboard.DashboardTimeout):
                         self.recorder.event(obj, "Warning", "FailedToUpdateServeApplications",
-                                            f"RayCluster {cluster_name}: {exc}")  # fmt: skip
+                                            f"RayCluster {cluster_name}: {said}")  # fmt: skip
                     refusal = (
-                        f"Serve refused the config: {exc}"
+                        f"Serve refused the config: {said}"
                         if isinstance(exc, dashboard.DashboardHTTPError)
                         else None
                     )
                     raise _ServeFailed(
-                        f"cannot submit the Serve config to {cluster_name}: {exc}",
+                        f"cannot submit the Serve config to {cluster_name}: {said}",
                         refusal=refusal,
-                    ) from exc
+                    ) from None
                 submitted = True
             if have != want:
                 await self._annotate(cluster, {clusters.SERVE_CONFIG_ANNOTATION: want})

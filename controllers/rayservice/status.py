@@ -62,6 +62,9 @@ from api.v1 import rayservice as rayservice_
 from controllers.ray import dashboard
 
 __all__ = [
+    "MAX_APPLICATIONS",
+    "MAX_DEPLOYMENTS",
+    "MAX_MESSAGE",
     "ROLLBACK_IN_PROGRESS",
     "SUSPENDED",
     "SUSPENDING",
@@ -154,19 +157,47 @@ def initializing_since(service: Mapping[str, Any]) -> str | None:
     return since
 
 
+MAX_APPLICATIONS = 100
+"""Applications copied into the status (by name; the rest are left out)."""
+MAX_DEPLOYMENTS = 100
+"""Deployments of one application copied into the status."""
+MAX_MESSAGE = 1000
+"""Characters of a Serve message copied into the status (longer ones lose their middle)."""
+
+
 def applications(details: dashboard.ServeDetails) -> dict[str, Any]:
-    """``applicationStatuses`` from a dashboard answer (KubeRay's shape)."""
+    """``applicationStatuses`` from a dashboard answer (KubeRay's shape), bounded: at
+    most :data:`MAX_APPLICATIONS` applications of :data:`MAX_DEPLOYMENTS` deployments,
+    messages cut to :data:`MAX_MESSAGE` characters, so what a head answers can never
+    outgrow the object (etcd's limit) or the operator's memory.
+
+    >>> apps = {f"a{i}": {"status": "RUNNING", "message": "x" * 5000} for i in range(300)}
+    >>> found = applications(dashboard.ServeDetails.model_validate({"applications": apps}))
+    >>> len(found), len(found["a0"]["message"])
+    (100, 1000)
+    """
     result: dict[str, Any] = {}
-    for name, app in sorted(details.applications.items()):
+    for name, app in sorted(details.applications.items())[:MAX_APPLICATIONS]:
         deployments = {
-            dep_name: _without_empty({"status": dep.status, "message": dep.message})
-            for dep_name, dep in sorted(app.deployments.items())
+            dep_name: _without_empty({"status": dep.status, "message": _cut(dep.message)})
+            for dep_name, dep in sorted(app.deployments.items())[:MAX_DEPLOYMENTS]
         }
-        entry = _without_empty({"status": app.status, "message": app.message})
+        entry = _without_empty({"status": app.status, "message": _cut(app.message)})
         if deployments:
             entry["serveDeploymentStatuses"] = deployments
         result[name] = entry
     return result
+
+
+def _cut(message: str) -> str:
+    """At most :data:`MAX_MESSAGE` characters: the start and the end (a traceback's last
+    line is the exception) around a marker."""
+    if len(message) <= MAX_MESSAGE:
+        return message
+    marker = "\n... (cut) ...\n"
+    head = (MAX_MESSAGE - len(marker)) // 4
+    tail = MAX_MESSAGE - len(marker) - head
+    return message[:head] + marker + message[-tail:]
 
 
 def _without_empty(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
+from controllers.ray import dashboard
 from controllers.rayservice import reconciler as reconciler_
 from runtime import reconcile
 from runtime.client import resources
@@ -20,6 +21,7 @@ from tests.unit import helpers
 from tests.unit.rayservice.test_reconciler import REQUEST, Env, rayservice
 
 SERVICES = resources.default_registry.for_kind("v1", "Service")
+EVENTS = resources.default_registry.for_kind("v1", "Event")
 VICTIM = "victim-head-svc.tenant-b.svc.cluster.local"
 
 
@@ -116,3 +118,37 @@ async def test_a_look_alike_head_pod_is_not_the_head(env: Env) -> None:
     result = await env.reconcile()
     assert isinstance(result, reconcile.Result)
     assert (env.fake(name).get_count, env.fake(name).put_count) == (0, 0)
+
+
+SECRET_CONFIG = """\
+applications:
+- name: fruit
+  import_path: fruit:app
+  route_prefix: /fruit
+  runtime_env:
+    env_vars: {API_TOKEN: tok-5f3a9c-very-secret}
+"""
+
+
+async def test_serve_refusal_reaches_status_and_events_without_config_values(env: Env) -> None:
+    env.reconciler.options = reconciler_.Options(address_mode="pod-ip")
+    await env.client.create(rayservice(serveConfigV2=SECRET_CONFIG))
+    await helpers.settle()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name)
+    echo = (
+        "Invalid Serve config: applications -> 0 -> runtime_env -> env_vars -> API_TOKEN: "
+        "'tok-5f3a9c-very-secret' is not allowed in app fruit (fruit:app)"
+    )
+    env.fake(name).fail("put", dashboard.DashboardHTTPError(400, echo), times=1)
+    with pytest.raises(Exception, match="cannot submit") as caught:
+        await env.reconciler.reconcile(REQUEST)
+    await env.recorder.flush()
+    said = [e["message"] for e in (await env.client.list(EVENTS, "ns")).items]
+    ready = [c for c in (await env.service())["status"]["conditions"] if c["type"] == "Ready"][0]
+    for text in [str(caught.value), ready["message"], *said]:
+        assert "tok-5f3a9c-very-secret" not in text
+    assert "API_TOKEN: '<redacted>'" in ready["message"]
+    assert "fruit:app" in ready["message"]
+    assert caught.value.__cause__ is None  # no unredacted text in a logged traceback
