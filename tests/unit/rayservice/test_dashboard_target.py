@@ -146,7 +146,7 @@ async def test_serve_refusal_reaches_status_and_events_without_config_values(env
         await env.reconciler.reconcile(REQUEST)
     await env.recorder.flush()
     said = [e["message"] for e in (await env.client.list(EVENTS, "ns")).items]
-    ready = [c for c in (await env.service())["status"]["conditions"] if c["type"] == "Ready"][0]
+    ready = next(c for c in (await env.service())["status"]["conditions"] if c["type"] == "Ready")
     for text in [str(caught.value), ready["message"], *said]:
         assert "tok-5f3a9c-very-secret" not in text
     assert "API_TOKEN: '<redacted>'" in ready["message"]
