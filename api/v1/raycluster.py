@@ -25,9 +25,12 @@ trade-off:
   ``kubectl explain`` stops at ``template``.
 
 The same holds for the other objects carried as raw JSON: ``headService``,
-``ingressOptions``, and the KubeRay options this operator accepts and stores but
-does not act on yet (``autoscalerOptions``, ``gcsFaultToleranceOptions``,
-``authOptions``, ``historyServerOptions``, ``networkPolicy``, ``tlsOptions``).
+``ingressOptions``, ``autoscalerOptions``, ``gcsFaultToleranceOptions``, and the KubeRay
+options this operator does not implement (``authOptions``, ``historyServerOptions``,
+``networkPolicy``, ``tlsOptions``, ``enableIngress``/``ingressOptions``,
+``upgradeStrategy.type: Recreate``): the API accepts them, so KubeRay YAML applies, and
+the reconciler **refuses** them (``InvalidRayClusterSpec``, the field named) instead of
+storing and ignoring them.
 
 Status: ``state`` (``ready``, ``suspended``; ``failed`` is deprecated) and
 ``conditions`` (types in :class:`ConditionType`) with worker counts, desired
@@ -113,9 +116,10 @@ class HeadGroupSpec(meta.Model):
     head_service: meta.RawObject | None = None
     """A Service to use as the template of the head service."""
     enable_ingress: bool | None = None
-    """Create an Ingress for the head service (KubeRay; not acted on yet)."""
+    """Create an Ingress for the head service (KubeRay): refused when ``true`` (not
+    implemented)."""
     ingress_options: meta.RawObject | None = None
-    """Options of that Ingress (KubeRay; not acted on yet)."""
+    """Options of that Ingress (KubeRay): refused when set (not implemented)."""
     resources: dict[str, str] | None = None
     """Ray resources of the head node; override those in ``rayStartParams``."""
     labels: dict[str, str] | None = None
@@ -157,7 +161,8 @@ class RayClusterUpgradeStrategy(meta.Model):
     """What to do with running pods when the pod templates change."""
 
     type: Literal["Recreate", "None"] | None = None
-    """``Recreate`` deletes and recreates all pods; ``None`` (or unset) leaves them."""
+    """``None`` (or unset) leaves running pods as they are; ``Recreate`` (KubeRay: delete
+    and recreate them) is refused by this operator, which does not implement it."""
 
 
 class RayClusterSpec(meta.Model):
@@ -180,17 +185,17 @@ class RayClusterSpec(meta.Model):
     upgrade_strategy: RayClusterUpgradeStrategy | None = None
     """What to do with running pods when the templates change."""
     autoscaler_options: meta.RawObject | None = None
-    """KubeRay autoscaler sidecar options (stored, not acted on yet)."""
+    """KubeRay autoscaler sidecar options (image, resources, idle timeout, version)."""
     gcs_fault_tolerance_options: meta.RawObject | None = None
-    """KubeRay GCS fault tolerance options (stored, not acted on yet)."""
+    """KubeRay GCS fault tolerance options (Redis address, password, storage namespace)."""
     auth_options: meta.RawObject | None = None
-    """KubeRay authentication options (stored, not acted on yet)."""
+    """KubeRay authentication options: refused unless ``{mode: disabled}`` (not implemented)."""
     history_server_options: meta.RawObject | None = None
-    """KubeRay history server options (stored, not acted on yet)."""
+    """KubeRay history server options: refused when set (not implemented)."""
     network_policy: meta.RawObject | None = None
-    """KubeRay network isolation options (stored, not acted on yet)."""
+    """KubeRay network isolation options: refused when set (not implemented)."""
     tls_options: meta.RawObject | None = None
-    """KubeRay mTLS options (stored, not acted on yet)."""
+    """KubeRay mTLS options: refused when set (not implemented)."""
 
 
 class HeadInfo(meta.Model):

@@ -438,6 +438,7 @@ def _spec_problems(cluster: v1.RayCluster) -> list[str]:
             "cannot set a redis username in rayStartParams or environment variables; "
             "use gcsFaultToleranceOptions.redisUsername"
         )
+    found += _unsupported_problems(cluster)
     found += _autoscaler_problems(cluster, head_env)
     if str(annotations.get(ENABLE_SERVE_SERVICE_ANNOTATION)) == "true" and not _has_serve_port(
         head_containers
@@ -445,6 +446,42 @@ def _spec_problems(cluster: v1.RayCluster) -> list[str]:
         found.append(
             f"the {ENABLE_SERVE_SERVICE_ANNOTATION} annotation asks for a serve service, but the "
             "head container has ports and none is named 'serve'"
+        )
+    return found
+
+
+def _unsupported_problems(cluster: v1.RayCluster) -> list[str]:
+    """Fields this operator does not act on: refused, never stored and ignored (a
+    security option silently dropped leaves a cluster open that its author thinks is
+    closed)."""
+    spec = cluster.spec
+    head = spec.head_group_spec
+    found = []
+    if spec.auth_options and spec.auth_options != {"mode": "disabled"}:
+        found.append(
+            "authOptions is not supported by this operator yet (token authentication would "
+            "be silently off); remove it, or set it to {mode: disabled}"
+        )
+    unsupported = {
+        "tlsOptions": spec.tls_options,
+        "networkPolicy": spec.network_policy,
+        "historyServerOptions": spec.history_server_options,
+        "headGroupSpec.ingressOptions": head.ingress_options,
+    }
+    found += [
+        f"{field} is not supported by this operator (it would be stored and ignored); remove it"
+        for field, value in unsupported.items()
+        if value
+    ]
+    if head.enable_ingress:
+        found.append(
+            "headGroupSpec.enableIngress is not supported by this operator (no Ingress would "
+            "be created); remove it or set it to false"
+        )
+    if spec.upgrade_strategy is not None and spec.upgrade_strategy.type == "Recreate":
+        found.append(
+            "upgradeStrategy.type 'Recreate' is not supported by this operator (pods would "
+            "not be recreated when the templates change); remove it or use 'None'"
         )
     return found
 

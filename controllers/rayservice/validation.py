@@ -421,6 +421,11 @@ def _spec_problems(spec: Mapping[str, Any]) -> list[str]:
             f"spec.upgradeStrategy.type {kind!r} is invalid; valid values are "
             f"{' and '.join(repr(t) for t in SUPPORTED_UPGRADE_TYPES)}"
         )
+    if isinstance(strategy, Mapping) and strategy.get("clusterUpgradeOptions"):
+        found.append(
+            "spec.upgradeStrategy.clusterUpgradeOptions is not supported by this operator "
+            f"(it configures {_INCREMENTAL!r}); remove it"
+        )
     delay = spec.get("rayClusterDeletionDelaySeconds")
     if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or delay < 0):
         found.append(

@@ -1,0 +1,74 @@
+"""Fail closed: a spec field this operator does not act on is refused, naming it.
+
+``authOptions`` accepted and ignored gave a user migrating a token-auth cluster an
+unauthenticated dashboard and GCS; the same holds for every option not implemented.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api import v1
+from controllers.raycluster import names
+from controllers.rayservice import validation
+
+
+def cluster_spec(**extra: Any) -> dict[str, Any]:
+    head = {"template": {"spec": {"containers": [{"name": "ray-head", "image": "ray"}]}}}
+    head.update(extra.pop("head", {}))
+    return {"headGroupSpec": head, **extra}
+
+
+UNSUPPORTED: list[tuple[dict[str, Any], str]] = [
+    ({"authOptions": {"mode": "token"}}, "authOptions is not supported"),
+    ({"authOptions": {"mode": "disabled", "secretName": "x"}}, "authOptions is not supported"),
+    ({"tlsOptions": {"enabled": True}}, "tlsOptions is not supported"),
+    ({"networkPolicy": {"enabled": True}}, "networkPolicy is not supported"),
+    ({"historyServerOptions": {"image": "x"}}, "historyServerOptions is not supported"),
+    ({"head": {"enableIngress": True}}, "headGroupSpec.enableIngress is not supported"),
+    ({"head": {"ingressOptions": {"className": "x"}}}, "ingressOptions is not supported"),
+    ({"upgradeStrategy": {"type": "Recreate"}}, "upgradeStrategy.type 'Recreate'"),
+]
+
+
+@pytest.mark.parametrize(("extra", "fragment"), UNSUPPORTED)
+def test_an_unsupported_field_is_refused_on_a_raycluster(
+    extra: dict[str, Any], fragment: str
+) -> None:
+    cluster = v1.RayCluster.model_validate(
+        {"metadata": {"name": "demo", "namespace": "ns"}, "spec": cluster_spec(**dict(extra))}
+    )
+    found = names.problems(cluster)
+    assert [p for p in found if fragment in p], found
+
+
+@pytest.mark.parametrize(("extra", "fragment"), UNSUPPORTED)
+def test_and_in_a_rayservice_cluster_config(extra: dict[str, Any], fragment: str) -> None:
+    service = {"metadata": {"name": "svc", "namespace": "ns"},
+               "spec": {"rayClusterConfig": cluster_spec(**dict(extra))}}  # fmt: skip
+    found = validation.problems(service)
+    assert [p for p in found if fragment in p and p.startswith("spec.rayClusterConfig")], found
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"authOptions": {"mode": "disabled"}}, {"upgradeStrategy": {"type": "None"}},
+     {"head": {"enableIngress": False}}, {"tlsOptions": {}}],
+)  # fmt: skip
+def test_the_off_values_are_accepted(extra: dict[str, Any]) -> None:
+    cluster = v1.RayCluster.model_validate(
+        {"metadata": {"name": "demo", "namespace": "ns"}, "spec": cluster_spec(**dict(extra))}
+    )
+    assert names.problems(cluster) == []
+
+
+def test_incremental_upgrade_options_are_refused_on_a_rayservice() -> None:
+    strategy = {"type": "NewCluster", "clusterUpgradeOptions": {"maxSurgePercent": 50}}
+    service = {"metadata": {"name": "svc", "namespace": "ns"},
+               "spec": {"rayClusterConfig": cluster_spec(), "upgradeStrategy": strategy}}  # fmt: skip
+    assert validation.problems(service) == [
+        "spec.upgradeStrategy.clusterUpgradeOptions is not supported by this operator "
+        "(it configures 'NewClusterWithIncrementalUpgrade'); remove it"
+    ]
