@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import copy
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from runtime import status
@@ -54,6 +54,7 @@ __all__ = [
     "add_finalizer",
     "create_or_update",
     "has_finalizer",
+    "is_controlled_by",
     "remove_finalizer",
     "set_controller_reference",
 ]
@@ -77,6 +78,25 @@ class Operation(enum.Enum):
 
 class AlreadyOwnedError(ValueError):
     """The object already has a different controller owner."""
+
+
+def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    """Whether ``owner`` is ``obj``'s controller (an owner reference with
+    ``controller: true`` and ``owner``'s uid; apimachinery's ``IsControlledBy``).
+
+    >>> owner = {"metadata": {"uid": "u1"}}
+    >>> is_controlled_by({"metadata": {"ownerReferences": [{"uid": "u1", "controller": True}]}},
+    ...                  owner)
+    True
+    >>> is_controlled_by({"metadata": {"ownerReferences": [{"uid": "u1"}]}}, owner)
+    False
+    """
+    uid = (owner.get("metadata") or {}).get("uid")
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return uid is not None and any(
+        isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid") == uid
+        for ref in refs
+    )
 
 
 def set_controller_reference(owner: Obj, obj: Obj, *, block_owner_deletion: bool = True) -> Obj:

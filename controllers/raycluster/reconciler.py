@@ -226,10 +226,31 @@ class Reconciler:
                 self.client, resource, meta["namespace"], meta["name"], mutate, cache=self.cache
             )
 
+    async def _check_role(self, owner: Obj, binding: Obj) -> None:
+        """A RoleBinding is made only to a Role this RayCluster controls: a Role of that
+        name that someone else made (an admin's, say) is reported, never bound to the
+        cluster's ServiceAccount."""
+        namespace, name = binding["metadata"]["namespace"], binding["roleRef"]["name"]
+        try:
+            role: Obj | None = await self.cache.get(ROLES, namespace, name)
+        except errors.NotFound:
+            role = None
+        if role is None or not objects.is_controlled_by(role, owner):
+            raise _ReplicaFailure(
+                "RoleNotOwned",
+                f"Role {name} exists and is not controlled by this RayCluster: the autoscaler's "
+                "RoleBinding is not created (rename the Role, or the head's serviceAccountName)"
+                if role is not None
+                else f"Role {name} for the autoscaler does not exist yet",
+            )
+
     async def _owned_objects(self, obj: Obj, cluster: v1.RayCluster) -> None:
         created_by = self.options.created_by
         for desired in autoscaler.rbac_objects(cluster, created_by=created_by):
-            await self._ensure(obj, self.client.resource_for(desired), desired)
+            resource = self.client.resource_for(desired)
+            if resource == ROLE_BINDINGS:
+                await self._check_role(obj, desired)
+            await self._ensure(obj, resource, desired)
         await self._ensure(obj, SERVICES, services.head_service(cluster, created_by=created_by))
         annotations = obj["metadata"].get("annotations") or {}
         if annotations.get(names.ENABLE_SERVE_SERVICE_ANNOTATION) == "true":

@@ -348,3 +348,30 @@ async def test_deleting_and_foreign_clusters_are_left_alone(env: Env) -> None:
     await helpers.settle()
     await env.reconcile("going")
     assert env.client.writes("create") == 2, "only the two RayClusters"
+
+
+ROLES = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "Role")
+ROLE_BINDINGS = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
+
+
+async def test_an_admins_role_of_the_clusters_name_is_never_bound(env: Env) -> None:
+    admin = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": "demo", "namespace": "ns"},
+             "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}  # fmt: skip
+    await env.client.create(admin)
+    await env.client.create(raycluster(enableInTreeAutoscaling=True))
+    await helpers.settle()
+    with pytest.raises(Exception, match="Role demo exists and is not controlled"):
+        await env.reconcile()
+    assert (await env.client.list(ROLE_BINDINGS, "ns")).items == []
+    status = (await env.cluster()).get("status") or {}
+    assert any(c.get("reason") == "RoleNotOwned" for c in status.get("conditions") or []), status
+
+
+async def test_its_own_role_is_bound(env: Env) -> None:
+    await env.client.create(raycluster(enableInTreeAutoscaling=True))
+    await env.reconcile()
+    (binding,) = (await env.client.list(ROLE_BINDINGS, "ns")).items
+    assert binding["roleRef"]["name"] == "demo"
+    (role,) = (await env.client.list(ROLES, "ns")).items
+    assert role["metadata"]["ownerReferences"][0]["kind"] == "RayCluster"

@@ -66,8 +66,8 @@ def test_the_off_values_are_accepted(extra: dict[str, Any]) -> None:
 
 def test_incremental_upgrade_options_are_refused_on_a_rayservice() -> None:
     strategy = {"type": "NewCluster", "clusterUpgradeOptions": {"maxSurgePercent": 50}}
-    service = {"metadata": {"name": "svc", "namespace": "ns"},
-               "spec": {"rayClusterConfig": cluster_spec(), "upgradeStrategy": strategy}}  # fmt: skip
+    spec = {"rayClusterConfig": cluster_spec(), "upgradeStrategy": strategy}
+    service = {"metadata": {"name": "svc", "namespace": "ns"}, "spec": spec}
     assert validation.problems(service) == [
         "spec.upgradeStrategy.clusterUpgradeOptions is not supported by this operator "
         "(it configures 'NewClusterWithIncrementalUpgrade'); remove it"
