@@ -635,10 +635,12 @@ async def read_capped(response: aiohttp.ClientResponse, limit: int, method: str,
     exceed it (what was read is dropped). Shared by every HTTP client of the project."""
     declared = response.content_length
     if declared is not None and declared > limit:
+        response.close()  # the unread body makes the connection unusable: drop it now
         raise errors.ResponseTooLarge(method, url, limit)
     body = bytearray()
     async for chunk in response.content.iter_any():
         if len(body) + len(chunk) > limit:
+            response.close()
             raise errors.ResponseTooLarge(method, url, limit)
         body += chunk
     return bytes(body)
