@@ -388,8 +388,4 @@ def owned_selector(service_name: str) -> str:
 
 def is_owned(cluster: Mapping[str, Any], service: Mapping[str, Any]) -> bool:
     """Whether ``service`` is the controller owner of ``cluster`` (by uid)."""
-    uid = (service.get("metadata") or {}).get("uid")
-    refs = (cluster.get("metadata") or {}).get("ownerReferences") or []
-    return uid is not None and any(
-        isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid") == uid for ref in refs
-    )
+    return objects.is_controlled_by(cluster, service)

@@ -257,7 +257,11 @@ class Reconciler:
 
         head_svc = await self._service(namespace, services.head_service_name(name))
         serve_svc = await self._service(namespace, services.serve_service_name(obj))
-        foreign = [s for s in (head_svc, serve_svc) if s is not None and not _controlled(s, obj)]
+        foreign = [
+            s
+            for s in (head_svc, serve_svc)
+            if s is not None and not objects.is_controlled_by(s, obj)
+        ]
         if foreign:
             message = "; ".join(
                 f"Service {s['metadata']['name']} exists and is not controlled by this RayService"
@@ -532,7 +536,7 @@ class Reconciler:
             for p in found
             if pods_.is_head(p)
             and not p["metadata"].get("deletionTimestamp")
-            and services.is_controlled_by(p, cluster)  # a look-alike pod is not the head
+            and objects.is_controlled_by(p, cluster)  # a look-alike pod is not the head
         ]
         return heads[0] if len(heads) == 1 else None
 
@@ -732,19 +736,11 @@ class Reconciler:
         return interval
 
 
-def _controlled(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
-    uid = owner["metadata"].get("uid")
-    return any(
-        ref.get("controller") and ref.get("uid") == uid
-        for ref in obj["metadata"].get("ownerReferences") or ()
-    )
-
-
 def _not_the_head_service(found: Obj | None, cluster: Obj) -> str | None:
     """Why ``found`` cannot be trusted to lead to ``cluster``'s head; None when it can."""
     if found is None:
         return "does not exist"
-    if not services.is_controlled_by(found, cluster):
+    if not objects.is_controlled_by(found, cluster):
         return "is not controlled by the RayCluster"
     spec = found.get("spec") or {}
     if spec.get("type") == "ExternalName" or spec.get("externalName"):

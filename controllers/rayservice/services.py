@@ -35,7 +35,7 @@ KubeRay does: a Service is never updated for any other difference.
 >>> serve["spec"]["selector"]
 {'ray.io/cluster': 'svc-abcde', 'ray.io/serve': 'true'}
 >>> head = head_service(service, cluster)
->>> head["metadata"]["name"], selected_cluster(head), is_controlled_by(head, service)
+>>> head["metadata"]["name"], selected_cluster(head), objects.is_controlled_by(head, service)
 ('svc-head-svc', 'svc-abcde', True)
 >>> retargeted(head, head) is None
 True
@@ -57,7 +57,6 @@ __all__ = [
     "SERVE_SUFFIX",
     "head_service",
     "head_service_name",
-    "is_controlled_by",
     "retargeted",
     "selected_cluster",
     "serve_service",
@@ -101,16 +100,6 @@ def selected_cluster(svc: Mapping[str, Any]) -> str | None:
     selector = (svc.get("spec") or {}).get("selector") or {}
     value = selector.get(names.CLUSTER_LABEL) if isinstance(selector, Mapping) else None
     return str(value) if value is not None else None
-
-
-def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
-    """Whether ``owner`` is the controller owner of ``obj`` (by uid)."""
-    uid = _meta(owner).get("uid")
-    refs = _meta(obj).get("ownerReferences") or []
-    return uid is not None and any(
-        isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid") == uid
-        for ref in refs
-    )
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from controllers.rayservice import services
+from runtime import objects
 
 Obj = dict[str, Any]
 GOLDEN = (
@@ -69,16 +70,16 @@ def test_selected_cluster() -> None:
     assert services.selected_cluster({}) is None
 
 
-def test_is_controlled_by() -> None:
+def test_the_services_are_controlled_by_the_rayservice() -> None:
     svc = service()
     owned = services.head_service(svc, cluster())
-    assert services.is_controlled_by(owned, svc)
+    assert objects.is_controlled_by(owned, svc)
     other = service()
     other["metadata"]["uid"] = "other"
-    assert not services.is_controlled_by(owned, other)
+    assert not objects.is_controlled_by(owned, other)
     owned["metadata"]["ownerReferences"][0]["controller"] = False
-    assert not services.is_controlled_by(owned, svc)
-    assert not services.is_controlled_by({"metadata": {}}, svc)
+    assert not objects.is_controlled_by(owned, svc)
+    assert not objects.is_controlled_by({"metadata": {}}, svc)
 
 
 # --- head service --------------------------------------------------------------------------------
