@@ -72,10 +72,16 @@ async def create_ready(
 
 
 async def update_spec(client: client_.Client, namespace: str, **spec: object) -> h.Obj:
-    """Change the RayService's spec (re-read first, so the write is not stale)."""
-    current = await h.get_service(client, namespace)
-    updated: h.Obj = await client.update(h.changed(current, **spec))
-    return updated
+    """Change the RayService's spec (re-read first, and again when the operator wrote the
+    object in between, as ``kubectl edit`` does: a 409 is the user's race, not a failure)."""
+    for _ in range(5):
+        current = await h.get_service(client, namespace)
+        try:
+            updated: h.Obj = await client.update(h.changed(current, **spec))
+        except errors.Conflict:
+            continue
+        return updated
+    raise AssertionError("the RayService kept changing under five updates in a row")
 
 
 def statuses(apps: dict[str, object]) -> dict[str, object]:
