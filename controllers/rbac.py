@@ -74,9 +74,9 @@ RAYCLUSTER: tuple[Rule, ...] = (
     Rule("", "pods", f"{_READ} create delete patch"),
     Rule("", "pods/resize", "patch"),
     Rule("", "services", f"{_READ} create"),
-    Rule("", "serviceaccounts", f"{_READ} create"),
-    Rule("rbac.authorization.k8s.io", "roles", f"{_READ} create"),
-    Rule("rbac.authorization.k8s.io", "rolebindings", f"{_READ} create"),
+    Rule("", "serviceaccounts", "get create"),
+    Rule("rbac.authorization.k8s.io", "roles", "get create"),
+    Rule("rbac.authorization.k8s.io", "rolebindings", "get create"),
     Rule("", "events", "create patch"),
 )
 """The RayCluster reconciler: owns head and worker pods, the head (and serve) service,
@@ -84,7 +84,9 @@ and, for in-tree autoscaling, the autoscaler's ServiceAccount, Role and RoleBind
 Creating a Role requires holding what it grants (RBAC escalation prevention):
 the autoscaler's Role grants ``get list watch patch`` on pods, ``patch`` on
 ``pods/resize`` and ``get patch`` on rayclusters, so those ``patch`` verbs are
-here for that reason only (the reconciler itself never patches)."""
+here for that reason only (the reconciler itself never patches). The autoscaler's
+ServiceAccount, Role and RoleBinding are read by ``get`` (never list/watched: the
+operator has no business caching every Role of the cluster)."""
 
 RAYSERVICE: tuple[Rule, ...] = (
     Rule("ray.io", "rayservices", f"{_READ} update"),
@@ -95,7 +97,7 @@ RAYSERVICE: tuple[Rule, ...] = (
     Rule("", "pods", f"{_READ} patch"),
     Rule("discovery.k8s.io", "endpointslices", _READ),
     Rule("", "events", "create patch"),
-    Rule("", "services/proxy", "get create update patch"),
+    Rule("", "services/proxy", "get update"),
     Rule("", "pods/proxy", "get"),
 )
 """The RayService reconciler: owns RayClusters (created, updated in place, annotated
@@ -103,8 +105,8 @@ with merge patches, deleted) and the head and serve services, labels the head po
 (``ray.io/serve``, a merge patch), counts serve endpoints from EndpointSlices, and
 keeps a finalizer on the RayService (``update`` on it). With
 ``--use-kubernetes-proxy`` it reaches the dashboard through the head service's
-``proxy`` subresource (GET the Serve status, PUT the config: ``get`` and ``update``;
-``create``/``patch`` as KubeRay grants them for POST/PATCH) and each pod's Serve proxy
+``proxy`` subresource (GET the Serve status, PUT the config: ``get`` and ``update``,
+nothing else; KubeRay also grants ``create``/``patch``, which no request here needs) and each pod's Serve proxy
 health through ``pods/proxy`` (``get``); the e2e suite runs it in that mode under this
 role."""
 

@@ -49,7 +49,6 @@ them); failures get Warning Events.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -210,8 +209,13 @@ class Reconciler:
 
     # -- owned objects ----------------------------------------------------------------------
 
-    async def _ensure(self, owner: Obj, resource: resources.Resource, desired: Obj) -> None:
-        """Create ``desired`` if the cache has no object of its name; never rewrite one."""
+    async def _ensure(
+        self, owner: Obj, resource: resources.Resource, desired: Obj, *, cached: bool = True
+    ) -> Obj | None:
+        """Create ``desired`` if no object of its name exists; never rewrite one. Returns the
+        object as it exists (None when it was created by someone else meanwhile).
+        ``cached=False`` reads by GET instead of the cache (which would list and watch the
+        kind cluster-wide)."""
         meta = desired["metadata"]
 
         def mutate(current: Obj) -> None:
@@ -221,36 +225,39 @@ class Reconciler:
             current["metadata"].update(meta)
             objects.set_controller_reference(owner, current)
 
-        with contextlib.suppress(errors.AlreadyExists):  # created since the cache looked
-            await objects.create_or_update(
-                self.client, resource, meta["namespace"], meta["name"], mutate, cache=self.cache
-            )
-
-    async def _check_role(self, owner: Obj, binding: Obj) -> None:
-        """A RoleBinding is made only to a Role this RayCluster controls: a Role of that
-        name that someone else made (an admin's, say) is reported, never bound to the
-        cluster's ServiceAccount."""
-        namespace, name = binding["metadata"]["namespace"], binding["roleRef"]["name"]
         try:
-            role: Obj | None = await self.cache.get(ROLES, namespace, name)
-        except errors.NotFound:
-            role = None
-        if role is None or not objects.is_controlled_by(role, owner):
-            raise _ReplicaFailure(
-                "RoleNotOwned",
-                f"Role {name} exists and is not controlled by this RayCluster: the autoscaler's "
-                "RoleBinding is not created (rename the Role, or the head's serviceAccountName)"
-                if role is not None
-                else f"Role {name} for the autoscaler does not exist yet",
-            )
+            _, current = await objects.create_or_update(
+                self.client, resource, meta["namespace"], meta["name"], mutate,
+                cache=self.cache if cached else None,
+            )  # fmt: skip
+        except errors.AlreadyExists:  # created since we looked
+            return None
+        return current
+
+    async def _autoscaler_rbac(self, obj: Obj, cluster: v1.RayCluster) -> None:
+        """The autoscaler's ServiceAccount, Role and RoleBinding, read by GET (never cached:
+        the operator has no business watching every Role of the cluster). The RoleBinding
+        is made only to a Role this RayCluster controls: a Role of that name someone else
+        made (an admin's, say) is reported, never bound to the cluster's ServiceAccount."""
+        for desired in autoscaler.rbac_objects(cluster, created_by=self.options.created_by):
+            resource = self.client.resource_for(desired)
+            current = await self._ensure(obj, resource, desired, cached=False)
+            if resource != ROLES:
+                continue
+            namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
+            if current is None:
+                current = await self.client.get(ROLES, namespace, name)
+            if not objects.is_controlled_by(current, obj):
+                raise _ReplicaFailure(
+                    "RoleNotOwned",
+                    f"Role {name} exists and is not controlled by this RayCluster: the "
+                    "autoscaler's RoleBinding is not created (rename the Role, or the head's "
+                    "serviceAccountName)",
+                )
 
     async def _owned_objects(self, obj: Obj, cluster: v1.RayCluster) -> None:
         created_by = self.options.created_by
-        for desired in autoscaler.rbac_objects(cluster, created_by=created_by):
-            resource = self.client.resource_for(desired)
-            if resource == ROLE_BINDINGS:
-                await self._check_role(obj, desired)
-            await self._ensure(obj, resource, desired)
+        await self._autoscaler_rbac(obj, cluster)
         await self._ensure(obj, SERVICES, services.head_service(cluster, created_by=created_by))
         annotations = obj["metadata"].get("annotations") or {}
         if annotations.get(names.ENABLE_SERVE_SERVICE_ANNOTATION) == "true":

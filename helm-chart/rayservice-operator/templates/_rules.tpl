@@ -42,8 +42,6 @@ each namespace.
   verbs:
   - create
   - get
-  - list
-  - watch
 - apiGroups:
   - ''
   resources:
@@ -59,9 +57,7 @@ each namespace.
   resources:
   - services/proxy
   verbs:
-  - create
   - get
-  - patch
   - update
 - apiGroups:
   - discovery.k8s.io
@@ -115,6 +111,4 @@ each namespace.
   verbs:
   - create
   - get
-  - list
-  - watch
 {{- end }}

@@ -275,7 +275,9 @@ def test_role_is_the_merged_declarations() -> None:
     assert granted[("discovery.k8s.io", "endpointslices")] == {"get", "list", "watch"}
     # patch on pods: the RayService's head pod label (and the autoscaler's Role grants it)
     assert granted[("", "pods")] == {"get", "list", "watch", "create", "delete", "patch"}
-    assert granted[("rbac.authorization.k8s.io", "roles")] == {"get", "list", "watch", "create"}
+    # read by GET, never list/watched cluster-wide (issue 27)
+    assert granted[("rbac.authorization.k8s.io", "roles")] == {"get", "create"}
+    assert granted[("", "services/proxy")] == {"get", "update"}
     assert granted[("", "events")] == {"create", "patch"}
     assert not any("*" in verbs for verbs in granted.values())
     assert ("", "secrets") not in granted

@@ -371,7 +371,14 @@ async def test_an_admins_role_of_the_clusters_name_is_never_bound(env: Env) -> N
 async def test_its_own_role_is_bound(env: Env) -> None:
     await env.client.create(raycluster(enableInTreeAutoscaling=True))
     await env.reconcile()
+    made = list(env.client.calls)
     (binding,) = (await env.client.list(ROLE_BINDINGS, "ns")).items
     assert binding["roleRef"]["name"] == "demo"
     (role,) = (await env.client.list(ROLES, "ns")).items
     assert role["metadata"]["ownerReferences"][0]["kind"] == "RayCluster"
+    # read by GET: no cluster-wide list/watch of ServiceAccounts, Roles, RoleBindings
+    accounts = resources.default_registry.for_kind("v1", "ServiceAccount")
+    calls = {(verb, resource.split(".")[0]) for verb, resource, _ in made}
+    for kind in (accounts, ROLES, ROLE_BINDINGS):
+        assert not any(v in ("list", "watch") and r == kind.plural for v, r in calls), calls
+    assert ("get", ROLES.plural) in calls
