@@ -106,8 +106,8 @@ with merge patches, deleted) and the head and serve services, labels the head po
 keeps a finalizer on the RayService (``update`` on it). With
 ``--use-kubernetes-proxy`` it reaches the dashboard through the head service's
 ``proxy`` subresource (GET the Serve status, PUT the config: ``get`` and ``update``,
-nothing else; KubeRay also grants ``create``/``patch``, which no request here needs) and each pod's Serve proxy
-health through ``pods/proxy`` (``get``); the e2e suite runs it in that mode under this
+nothing else; KubeRay also grants ``create``/``patch``, which no request here needs)
+and each pod's Serve proxy health through ``pods/proxy`` (``get``); the e2e suite runs it in that mode under this
 role."""
 
 DECLARATIONS: dict[str, tuple[Rule, ...]] = {"raycluster": RAYCLUSTER, "rayservice": RAYSERVICE}
