@@ -107,8 +107,8 @@ keeps a finalizer on the RayService (``update`` on it). With
 ``--use-kubernetes-proxy`` it reaches the dashboard through the head service's
 ``proxy`` subresource (GET the Serve status, PUT the config: ``get`` and ``update``,
 nothing else; KubeRay also grants ``create``/``patch``, which no request here needs)
-and each pod's Serve proxy health through ``pods/proxy`` (``get``); the e2e suite runs it in that mode under this
-role."""
+and each pod's Serve proxy health through ``pods/proxy`` (``get``); the e2e suite
+runs it in that mode under this role."""
 
 DECLARATIONS: dict[str, tuple[Rule, ...]] = {"raycluster": RAYCLUSTER, "rayservice": RAYSERVICE}
 """Every reconciler's rules, by reconciler name: what the manager's role must grant."""
