@@ -62,9 +62,11 @@ spec changes, on any change to its clusters and services, and on the serve
 service's EndpointSlices. The dashboard sends no events, so it is polled:
 every ``serve_poll_interval`` (2 s) while converging, and once the service is
 ready and nothing changed between two polls, at doubling intervals up to
-``serve_poll_max`` (10 s); any change returns to 2 s. A dashboard that cannot be
-reached, or refuses the config, raises: the work queue retries with its growing
-backoff (never a 2 s loop).
+``serve_poll_max`` (10 s); any change returns to 2 s. A slow dashboard is polled no
+sooner than ``slow_dashboard_factor`` (4) times its pass took: fairness to the other
+RayServices sharing the workers (a 1.9 s answer is asked for every 7.6 s, not 2 s).
+A dashboard that cannot be reached, or refuses the config, raises: the work queue
+retries with its growing backoff (never a 2 s loop).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ import copy
 import dataclasses
 import datetime
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -122,12 +125,21 @@ class Options:
     """Seconds between dashboard polls while converging. Default 2 s (KubeRay's)."""
     serve_poll_max: float = 10.0
     """Longest interval between polls of a ready, unchanged service. Default 10 s."""
+    slow_dashboard_factor: float = 4.0
+    """A poll comes no sooner than this many times the last pass took (its dashboard
+    calls, mostly), so one slow dashboard holds a worker at most 1/(1 + factor) of the
+    time (20 % by default) and other RayServices' reconciles do not queue behind it.
+    Default 4; a dashboard answering in milliseconds is polled as usual."""
 
     def __post_init__(self) -> None:
         if not 0 < self.serve_poll_interval <= self.serve_poll_max:
             raise ValueError(
                 "need 0 < serve_poll_interval <= serve_poll_max, got "
                 f"{self.serve_poll_interval} and {self.serve_poll_max}"
+            )
+        if self.slow_dashboard_factor < 0:
+            raise ValueError(
+                f"slow_dashboard_factor must be >= 0, got {self.slow_dashboard_factor}"
             )
 
 
@@ -319,12 +331,14 @@ class Reconciler:
         failure: _ServeFailed | None = None
         serve_error: str | None = None
         polled = False
+        started = time.monotonic()
         if target is not None:
             try:
                 apps, ready, polled = await self._serve(obj, target)
             except _ServeFailed as exc:
                 failure = exc
                 serve_error = exc.refusal
+        spent = time.monotonic() - started  # mostly the dashboard's answers
         if ready and target is not None and failure is None:
             routed = await self._route(obj, target, active, head_svc, serve_svc)
             if routed != (head_svc, serve_svc):
@@ -361,7 +375,8 @@ class Reconciler:
         if failure is not None:
             raise failure
         if polled:
-            wake.append(self._next_poll(request, written, steady=ready and pending is None))
+            poll = self._next_poll(request, written, steady=ready and pending is None)
+            wake.append(max(poll, spent * self.options.slow_dashboard_factor))
         deadline = self._initializing_deadline({**obj, "status": written})
         if deadline is not None:
             wake.append(deadline)

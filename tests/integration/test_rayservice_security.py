@@ -8,6 +8,7 @@ normal RayService is refused while the normal one becomes Ready as usual.
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +18,7 @@ import pytest
 import api.v1 as v1
 from hack import raysim
 from runtime.client import client as client_
+from runtime.client import errors
 from runtime.testing import controlplane
 from tests.integration import rayservice_harness as h
 
@@ -92,3 +94,63 @@ async def test_an_alias_bomb_is_refused_and_its_neighbour_becomes_ready(
     await h.wait_ready(client, namespace, within=60.0)
     assert time.monotonic() - started < 60
     assert [c for c in await h.all_clusters(client, namespace) if c.startswith("bomb")] == []
+
+
+def dashboard_gets(sim: raysim.Simulator, ip: str) -> int:
+    return sum(
+        n
+        for (at, port, method, path), n in sim.requests().items()
+        if at == ip and port == "dashboard" and method == "GET" and "serve/applications" in path
+    )
+
+
+SLOW_S = 1.5
+"""The slow head's answer time (under the dashboard client's 2 s timeout: valid answers)."""
+
+
+async def test_a_slow_dashboard_neither_hogs_the_worker_nor_delays_its_neighbour(
+    client: client_.Client, namespace: str, sim: raysim.Simulator, running: h.Running
+) -> None:
+    await client.create(h.rayservice_obj("slow"), namespace=namespace)
+    ready = await h.wait_ready(client, namespace, "slow")
+    slow_ip = await h.head_ip(
+        client, namespace, ready["status"]["activeServiceStatus"]["rayClusterName"]
+    )
+    await client.create(h.rayservice_obj(), namespace=namespace)
+    ready = await h.wait_ready(client, namespace)
+    demo_ip = await h.head_ip(
+        client, namespace, ready["status"]["activeServiceStatus"]["rayClusterName"]
+    )
+    sim.fault(slow_ip, slow_s=SLOW_S)
+    # An UNHEALTHY application keeps the slow service converging, so its poll stays at
+    # the 2 s of a converging service: only the fairness rule spaces it out.
+    sim.fault(slow_ip, unhealthy="fruit")
+    await asyncio.sleep(2 * SLOW_S)
+    gets_before, window_start = dashboard_gets(sim, slow_ip), time.monotonic()
+    latencies = []
+    for round_ in range(4):
+        puts = h.serve_puts(sim)
+        config = h.SERVE_CONFIG.replace("/fruit", f"/fruit{round_}")
+        changed_at = time.monotonic()
+        for _ in range(5):  # as kubectl edit: again when the operator wrote meanwhile
+            current = await h.get_service(client, namespace)
+            current["spec"]["serveConfigV2"] = config
+            try:
+                await client.update(current)
+                break
+            except errors.Conflict:
+                continue
+
+        async def submitted(since: dict[str, int] = puts) -> bool:
+            return h.serve_puts(sim, since=since).get(demo_ip, 0) >= 1
+
+        await h.until(submitted, 30, "the neighbour's new config at its head")
+        latencies.append(time.monotonic() - changed_at)
+        await asyncio.sleep(3)
+    window = time.monotonic() - window_start
+    share = (dashboard_gets(sim, slow_ip) - gets_before) * SLOW_S / window
+    # Bounds: the slow head holds the worker at most ~1/(1 + 4) of the time (measured
+    # share printed), and the neighbour waits at most one slow pass plus its own.
+    print(f"slow share {share:.2f}, neighbour latencies {[round(x, 2) for x in latencies]}")
+    assert share <= 0.3, f"the slow dashboard held the worker {share:.0%} of the time"
+    assert max(latencies) <= 2 * SLOW_S + 1.5, latencies
