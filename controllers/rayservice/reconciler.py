@@ -482,9 +482,13 @@ class Reconciler:
             if clusters.match(cluster, config) is clusters.Match.APPENDED:
                 return await self._update_in_place(obj, cluster)
         namespace = obj["metadata"]["namespace"]
+        # A cluster this RayService does not own holds its name whatever its annotations
+        # say (a copied hash must not make us wait for it forever): "" is no hash.
         existing = {
-            c["metadata"]["name"]: (c["metadata"].get("annotations") or {}).get(
-                clusters.HASH_ANNOTATION
+            c["metadata"]["name"]: (
+                (c["metadata"].get("annotations") or {}).get(clusters.HASH_ANNOTATION)
+                if clusters.is_owned(c, obj)
+                else ""
             )
             for c in await self.cache.list(v1.RAYCLUSTERS, namespace)
         }
@@ -492,6 +496,13 @@ class Reconciler:
         name = clusters.cluster_name(obj["metadata"]["name"], goal, existing)
         if name in existing:
             return None  # ours, same hash, being deleted: wait until it is gone
+        first = clusters.cluster_name(obj["metadata"]["name"], goal, {})
+        if first != name and existing.get(first) == "":
+            self.recorder.event(
+                obj, "Warning", "RayClusterNameTaken",
+                f"RayCluster {first} exists and is not owned by this RayService; "
+                f"using the name {name} instead",
+            )  # fmt: skip
         desired = clusters.desired_cluster(obj, name)
         try:
             created: Obj = await self.client.create(desired, namespace=namespace)

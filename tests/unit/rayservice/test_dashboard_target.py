@@ -14,6 +14,7 @@ import pytest
 
 import api.v1 as v1
 from controllers.ray import dashboard
+from controllers.rayservice import clusters
 from controllers.rayservice import reconciler as reconciler_
 from runtime import reconcile
 from runtime.client import resources
@@ -152,3 +153,31 @@ async def test_serve_refusal_reaches_status_and_events_without_config_values(env
     assert "API_TOKEN: '<redacted>'" in ready["message"]
     assert "fruit:app" in ready["message"]
     assert caught.value.__cause__ is None  # no unredacted text in a logged traceback
+
+
+async def test_a_foreign_cluster_squatting_the_name_is_routed_around_and_reported(
+    env: Env,
+) -> None:
+    service = rayservice()
+    goal = clusters.spec_hash(service["spec"]["rayClusterConfig"])
+    squatted = clusters.cluster_name("demo", goal, {})
+    await env.client.create({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": squatted, "namespace": "ns",
+                     "annotations": {clusters.HASH_ANNOTATION: goal}},  # a copied hash
+        "spec": service["spec"]["rayClusterConfig"],
+    })  # fmt: skip
+    await env.client.create(service)
+    await helpers.settle()
+    await env.reconcile()
+    live = await env.live_clusters()
+    assert len(live) == 2, live
+    (ours,) = [n for n in live if n != squatted]
+    assert ours.startswith("demo-")
+    pending = (await env.service())["status"]["pendingServiceStatus"]["rayClusterName"]
+    assert pending == ours
+    await env.recorder.flush()
+    taken = [e for e in (await env.client.list(EVENTS, "ns")).items
+             if e["reason"] == "RayClusterNameTaken"]  # fmt: skip
+    assert len(taken) == 1
+    assert squatted in taken[0]["message"]
