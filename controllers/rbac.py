@@ -38,7 +38,16 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["DECLARATIONS", "RAYCLUSTER", "RAYSERVICE", "ROLE_NAME", "Rule", "merge"]
+__all__ = [
+    "DECLARATIONS",
+    "KUBERNETES_PROXY",
+    "PROXY_ROLE_NAME",
+    "RAYCLUSTER",
+    "RAYSERVICE",
+    "ROLE_NAME",
+    "Rule",
+    "merge",
+]
 
 ROLE_NAME = "rayservice-operator-manager-role"
 
@@ -97,21 +106,30 @@ RAYSERVICE: tuple[Rule, ...] = (
     Rule("", "pods", f"{_READ} patch"),
     Rule("discovery.k8s.io", "endpointslices", _READ),
     Rule("", "events", "create patch"),
-    Rule("", "services/proxy", "get update"),
-    Rule("", "pods/proxy", "get"),
 )
 """The RayService reconciler: owns RayClusters (created, updated in place, annotated
 with merge patches, deleted) and the head and serve services, labels the head pod
 (``ray.io/serve``, a merge patch), counts serve endpoints from EndpointSlices, and
-keeps a finalizer on the RayService (``update`` on it). With
-``--use-kubernetes-proxy`` it reaches the dashboard through the head service's
-``proxy`` subresource (GET the Serve status, PUT the config: ``get`` and ``update``,
-nothing else; KubeRay also grants ``create``/``patch``, which no request here needs)
-and each pod's Serve proxy health through ``pods/proxy`` (``get``); the e2e suite
-runs it in that mode under this role."""
+keeps a finalizer on the RayService (``update`` on it)."""
+
+KUBERNETES_PROXY: tuple[Rule, ...] = (
+    Rule("", "services/proxy", "get update"),
+    Rule("", "pods/proxy", "get"),
+)
+"""Only with ``--use-kubernetes-proxy`` (``--dashboard-address-mode kubernetes-proxy``):
+the dashboard through the head service's ``proxy`` subresource (GET the Serve status,
+PUT the config: ``get`` and ``update``, nothing else; KubeRay also grants
+``create``/``patch``, which no request here needs) and each pod's Serve proxy health
+through ``pods/proxy`` (``get``). Granted by its own ClusterRole
+(:data:`PROXY_ROLE_NAME`, ``config/overlays/kubernetes-proxy``; the Helm chart's
+``useKubernetesProxy``), so an operator in the default mode cannot reach into pods
+through the API server at all; the e2e suite runs that mode under it."""
 
 DECLARATIONS: dict[str, tuple[Rule, ...]] = {"raycluster": RAYCLUSTER, "rayservice": RAYSERVICE}
 """Every reconciler's rules, by reconciler name: what the manager's role must grant."""
+
+PROXY_ROLE_NAME = "rayservice-operator-proxy-role"
+"""The ClusterRole of :data:`KUBERNETES_PROXY`."""
 
 
 def merge(rules: Iterable[Rule]) -> list[dict[str, Any]]:

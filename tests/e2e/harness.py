@@ -136,9 +136,11 @@ class World:
                 yield world
 
     def install(self) -> None:
-        """The generated CRDs and RBAC, as ``kubectl apply -k config/default`` has them,
-        without the Deployment (the suite runs the manager itself)."""
-        rendered = kubectl(self, "kustomize", str(ROOT / "config" / "default"))
+        """The generated CRDs and RBAC, as ``kubectl apply -k config/overlays/kubernetes-proxy``
+        has them (config/default plus the proxy subresources: the suite runs managers in
+        that mode too), without the Deployment (the suite runs the manager itself)."""
+        overlay = ROOT / "config" / "overlays" / "kubernetes-proxy"
+        rendered = kubectl(self, "kustomize", str(overlay))
         docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") != "Deployment"]
         kubectl(self, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
         kubectl(self, "wait", "--for=condition=Established", "--timeout=60s",

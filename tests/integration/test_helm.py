@@ -139,6 +139,25 @@ def test_cluster_role_has_the_rules_of_config_rbac(helm: pathlib.Path) -> None:
     assert election_binding["subjects"] == binding["subjects"]
 
 
+def test_proxy_subresources_only_with_use_kubernetes_proxy(helm: pathlib.Path) -> None:
+    def proxy_rules(objs: list[Obj]) -> list[Obj]:
+        role = only(objs, "ClusterRole")
+        return [r for r in role["rules"] if any(x.endswith("/proxy") for x in r["resources"])]
+
+    default = template(helm)
+    assert proxy_rules(default) == []
+    assert "--use-kubernetes-proxy" not in manager_container(default)["args"]
+    proxied = template(helm, "--set", "useKubernetesProxy=true")
+    assert (
+        proxy_rules(proxied) == config("config/overlays/kubernetes-proxy/proxy_role.yaml")["rules"]
+    )
+    args = manager_container(proxied)["args"]
+    assert CliApp.run(main_.Settings, cli_args=args).dashboard_address_mode == "kubernetes-proxy"
+    namespaced = template(helm, "--set", "useKubernetesProxy=true", "--set", "watchNamespace={a}")
+    role = next(o for o in namespaced if o["kind"] == "Role" and o["metadata"]["namespace"] == "a")
+    assert [r for r in role["rules"] if "services/proxy" in r["resources"]]
+
+
 def test_deployment_has_the_security_context_of_config_manager(helm: pathlib.Path) -> None:
     objs = template(helm)
     pod = only(objs, "Deployment")["spec"]["template"]["spec"]

@@ -277,7 +277,14 @@ def test_role_is_the_merged_declarations() -> None:
     assert granted[("", "pods")] == {"get", "list", "watch", "create", "delete", "patch"}
     # read by GET, never list/watched cluster-wide (issue 27)
     assert granted[("rbac.authorization.k8s.io", "roles")] == {"get", "create"}
-    assert granted[("", "services/proxy")] == {"get", "update"}
+    # proxy subresources only in the proxy mode's own ClusterRole (issue 27)
+    assert ("", "services/proxy") not in granted
+    assert ("", "pods/proxy") not in granted
+    proxy = yaml.safe_load((ROOT / "config/overlays/kubernetes-proxy/proxy_role.yaml").read_text())
+    assert proxy["metadata"]["name"] == rbac.PROXY_ROLE_NAME
+    assert {(g, r): set(rule["verbs"]) for rule in proxy["rules"] for g in rule["apiGroups"]
+            for r in rule["resources"]} == {("", "services/proxy"): {"get", "update"},
+                                            ("", "pods/proxy"): {"get"}}  # fmt: skip
     assert granted[("", "events")] == {"create", "patch"}
     assert not any("*" in verbs for verbs in granted.values())
     assert ("", "secrets") not in granted
