@@ -12,11 +12,14 @@ Least privilege, verb by verb, for what the framework does on the reconcilers'
 behalf:
 
 - ``list`` + ``watch``: every kind a controller caches (its own kind, owned kinds);
-  ``get``: the status writer's re-read after a 409, reads that bypass the cache.
+  ``get`` only where something GETs: the status writer's re-read of its own kind after
+  a 409, the RBAC objects read without the cache, and what the autoscaler's Role grants
+  (escalation prevention); a cached kind needs no ``get``.
 - ``create`` / ``update`` / ``delete``: :func:`runtime.objects.create_or_update`
   writes with ``update`` (PUT), never ``patch``; pods and RayClusters the
   reconcilers remove are deleted.
-- ``<kind>/status`` ``get`` + ``update``: the status writer (PUT on the subresource).
+- ``<kind>/status`` ``update``: the status writer (PUT on the subresource; its re-read
+  is a GET of the object itself).
 - ``<kind>/finalizers`` ``update``: setting an owner reference with
   ``blockOwnerDeletion`` on a child requires it where the
   ``OwnerReferencesPermissionEnforcement`` admission plugin is on.
@@ -78,11 +81,11 @@ _READ = "get list watch"
 
 RAYCLUSTER: tuple[Rule, ...] = (
     Rule("ray.io", "rayclusters", f"{_READ} patch"),
-    Rule("ray.io", "rayclusters/status", "get update"),
+    Rule("ray.io", "rayclusters/status", "update"),
     Rule("ray.io", "rayclusters/finalizers", "update"),
     Rule("", "pods", f"{_READ} create delete patch"),
     Rule("", "pods/resize", "patch"),
-    Rule("", "services", f"{_READ} create"),
+    Rule("", "services", "list watch create"),
     Rule("", "serviceaccounts", "get create"),
     Rule("rbac.authorization.k8s.io", "roles", "get create"),
     Rule("rbac.authorization.k8s.io", "rolebindings", "get create"),
@@ -99,12 +102,12 @@ operator has no business caching every Role of the cluster)."""
 
 RAYSERVICE: tuple[Rule, ...] = (
     Rule("ray.io", "rayservices", f"{_READ} update"),
-    Rule("ray.io", "rayservices/status", "get update"),
+    Rule("ray.io", "rayservices/status", "update"),
     Rule("ray.io", "rayservices/finalizers", "update"),
     Rule("ray.io", "rayclusters", f"{_READ} create update patch delete"),
-    Rule("", "services", f"{_READ} create update"),
+    Rule("", "services", "list watch create update"),
     Rule("", "pods", f"{_READ} patch"),
-    Rule("discovery.k8s.io", "endpointslices", _READ),
+    Rule("discovery.k8s.io", "endpointslices", "list watch"),
     Rule("", "events", "create patch"),
 )
 """The RayService reconciler: owns RayClusters (created, updated in place, annotated

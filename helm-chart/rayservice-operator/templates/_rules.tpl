@@ -43,7 +43,6 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   - services
   verbs:
   - create
-  - get
   - list
   - update
   - watch
@@ -52,7 +51,6 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   resources:
   - endpointslices
   verbs:
-  - get
   - list
   - watch
 - apiGroups:
@@ -71,16 +69,10 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   - ray.io
   resources:
   - rayclusters/finalizers
-  - rayservices/finalizers
-  verbs:
-  - update
-- apiGroups:
-  - ray.io
-  resources:
   - rayclusters/status
+  - rayservices/finalizers
   - rayservices/status
   verbs:
-  - get
   - update
 - apiGroups:
   - ray.io
