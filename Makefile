@@ -86,6 +86,11 @@ lint: $(STAMP) ## ruff, mypy (strict: runtime/, api/, controllers/) and the impo
 	$(VENV)/bin/lint-imports
 	$(PY) hack/gen_manifests.py --check
 	$(PY) hack/gen_rbac_overlay.py --check
+	$(PY) hack/lock.py --check
+
+.PHONY: lock
+lock: $(STAMP) ## Rewrite requirements.lock (the image's dependencies, pinned with hashes; needs PyPI)
+	$(PY) hack/lock.py
 
 .PHONY: manifests
 manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (from controllers/rbac.py)

@@ -192,10 +192,17 @@ def _dockerfile_stages() -> list[list[tuple[str, str]]]:
         pending = ""
     assert not pending, "the Dockerfile ends in a continuation line"
     stages: list[list[tuple[str, str]]] = []
+    global_args: dict[str, str] = {}
     for line in lines:
         keyword, _, rest = line.strip().partition(" ")
+        if keyword.upper() == "ARG" and not stages:  # a global ARG: only FROM lines use it
+            name, _, default = rest.strip().partition("=")
+            global_args[name] = default
+            continue
         if keyword.upper() == "FROM":
             stages.append([])
+            for name, default in global_args.items():
+                rest = rest.replace("${" + name + "}", default)
         assert stages, f"instruction before FROM: {line}"
         stages[-1].append((keyword.upper(), rest.strip()))
     return stages
@@ -222,6 +229,13 @@ def test_the_image_is_built_in_two_stages_from_python_3_11_slim() -> None:
     builder = stages[0][0][1].split()
     assert builder[1:] == ["AS", "builder"]
     assert any("pip wheel" in rest for k, rest in stages[0] if k == "RUN")
+    # dependencies only from the lock, every file checked against its hash
+    assert any(
+        "--require-hashes" in rest and "-r requirements.lock" in rest
+        for k, rest in stages[0]
+        if k == "RUN"
+    )
+    assert all("--no-deps" in rest for k, rest in stages[0] if k == "RUN" and "install" in rest)
     assert any(rest.startswith("--from=builder ") for rest in _final("COPY"))
     assert not _final("RUN"), "the final stage only copies the venv in"
 

@@ -1,0 +1,28 @@
+"""requirements.lock (what the image installs with --require-hashes) covers the project's
+runtime dependencies at the versions the tests run with, each with hashes."""
+
+from __future__ import annotations
+
+from tests.unit import helpers
+
+lock = helpers.load_script("hack/lock.py")
+
+
+def test_the_lock_covers_the_tested_dependencies() -> None:
+    assert lock.problems(lock.LOCK.read_text()) == []
+    pinned = lock.parse(lock.LOCK.read_text())
+    assert {"aiohttp", "pydantic", "kubernetes-asyncio", "pyyaml"} <= set(pinned)
+    assert all(len(h) == 64 for _, hashes in pinned.values() for h in hashes)
+
+
+def test_a_stale_or_unhashed_lock_is_caught() -> None:
+    text = lock.LOCK.read_text()
+    version, _ = lock.parse(text)["pydantic"]
+    stale = text.replace(f"pydantic=={version}", "pydantic==2.0.0")
+    assert "pydantic==2.0.0 is outside >=2.7" in lock.problems(stale)
+    without = "\n".join(
+        line for line in text.splitlines() if not line.startswith("tenacity==")
+    ).replace("\n    --hash", "\n#")  # every hash gone, tenacity unpinned
+    found = lock.problems(without)
+    assert "tenacity is not pinned" in found
+    assert any(p.endswith("has no hash") for p in found)
