@@ -18,11 +18,12 @@ is checked is what would make the PUT impossible:
   that expands to a gigabyte is refused in microseconds. (KubeRay's YAML library
   refuses such documents as "excessive aliasing".)
 
-**Parsed once**: the result for a text is kept (the last :data:`CACHED` texts, as their
-JSON encoding, so each caller gets its own copy), so a RayService's config is parsed
-once per change, not on every pass. :func:`parse_off_loop` does that parse in a worker
-thread, so a large config never blocks the event loop; a later :func:`serve_config` of
-the same text is then a cache hit.
+**Parsed once**: the result for a text is kept (the most recently used texts, as their
+JSON encoding, so each caller gets its own copy; at most :data:`CACHED_BYTES` of text
+and encoding together, so many large configs cannot grow it past that), so a
+RayService's config is parsed once per change, not on every pass. :func:`parse_off_loop`
+does that parse in a worker thread, so a large config never blocks the event loop; a
+later :func:`serve_config` of the same text is then a cache hit.
 
 YAML is read as KubeRay reads it (YAML 1.1 through ``sigs.k8s.io/yaml``): ``yes``/
 ``no``/``on``/``off`` are booleans, numbers are numbers, non-string keys become
@@ -58,7 +59,7 @@ import yaml
 from api.v1 import rayservice
 
 __all__ = [
-    "CACHED",
+    "CACHED_BYTES",
     "MAX_ALIAS_NODES",
     "MAX_LENGTH",
     "REDACTED",
@@ -72,8 +73,8 @@ MAX_LENGTH = rayservice.MAX_SERVE_CONFIG_LENGTH
 """Longest ``serveConfigV2`` accepted, in characters (etcd's 1.5 MiB object limit)."""
 MAX_ALIAS_NODES = 10_000
 """Most nodes aliases may add to a document once expanded."""
-CACHED = 256
-"""Texts whose parse is kept."""
+CACHED_BYTES = 64 * 1024 * 1024
+"""Characters of texts and their encodings the parse cache keeps, together."""
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -182,6 +183,7 @@ def _outcome_gc_paused(serve_config_v2: str) -> _Outcome:
 _Outcome = tuple[str, ServeConfigError | None]
 """(the JSON encoding, None) or ("", the error)."""
 _results: collections.OrderedDict[str, _Outcome] = collections.OrderedDict()
+_cached_size = 0
 
 
 def _parse(serve_config_v2: str) -> _Outcome:
@@ -193,9 +195,13 @@ def _parse(serve_config_v2: str) -> _Outcome:
 
 
 def _remember(text: str, outcome: _Outcome) -> _Outcome:
+    global _cached_size
+    if text not in _results:
+        _cached_size += len(text) + len(outcome[0])
     _results[text] = outcome
-    while len(_results) > CACHED:
-        _results.popitem(last=False)
+    while _cached_size > CACHED_BYTES and len(_results) > 1:
+        old_text, (old_encoded, _) = _results.popitem(last=False)
+        _cached_size -= len(old_text) + len(old_encoded)
     return outcome
 
 

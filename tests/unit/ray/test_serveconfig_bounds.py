@@ -130,3 +130,17 @@ async def test_a_1_mb_config_is_parsed_off_the_loop_once() -> None:
     config = serveconfig.serve_config(text)
     assert time.perf_counter() - started < 0.2 < parsed_in
     assert len(config["applications"]) > 2000
+
+
+def test_the_parse_cache_is_bounded_in_bytes_not_only_in_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(serveconfig, "CACHED_BYTES", 2_000_000)
+    texts = [big_config(300_000).replace("app-", f"v{n}-") for n in range(8)]
+    for text in texts:
+        serveconfig.serve_config(text)
+    kept = [t for t in texts if t in serveconfig._results]
+    held = sum(len(t) + len(serveconfig._results[t][0]) for t in kept)
+    assert held <= 2_000_000
+    assert kept == texts[-len(kept) :]  # the most recent are kept
+    assert texts[-1] in serveconfig._results
