@@ -13,20 +13,27 @@ A clock gives two things:
 :class:`RealClock` uses :func:`time.monotonic` and the running event loop's own
 timer (``loop.call_later``), so a pending timer costs no task and no polling.
 
+Wall time, where the API wants it, is written and read by :func:`rfc3339` and
+:func:`parse_rfc3339` (UTC, whole seconds: metav1.Time's wire form).
+
 >>> clock = RealClock()
 >>> a = clock.now(); b = clock.now()
 >>> b >= a
 True
+>>> moment = datetime.datetime(2026, 1, 1, 12, 0, 30, 999, tzinfo=datetime.UTC)
+>>> rfc3339(moment), parse_rfc3339("2026-01-01T12:00:30Z") == moment.replace(microsecond=0)
+('2026-01-01T12:00:30Z', True)
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "RealClock", "TimerHandle"]
+__all__ = ["Clock", "RealClock", "TimerHandle", "parse_rfc3339", "rfc3339"]
 
 
 @runtime_checkable
@@ -66,3 +73,21 @@ class RealClock:
 
 REAL_CLOCK: Clock = RealClock()
 """The shared default clock."""
+
+
+def rfc3339(moment: datetime.datetime | None = None) -> str:
+    """``moment`` (default: now) as the API writes a ``metav1.Time``: UTC, whole
+    seconds, ``Z``. A naive ``moment`` is taken as local time."""
+    when = moment if moment is not None else datetime.datetime.now(datetime.UTC)
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str | None) -> datetime.datetime | None:
+    """The time ``text`` (RFC 3339) names, timezone-aware; None when absent or garbled."""
+    if not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)

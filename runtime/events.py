@@ -31,14 +31,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import datetime
 import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import structlog
 
-from runtime import metrics
+from runtime import clock, metrics
 from runtime._internal import aio
 from runtime.client import errors, resources
 
@@ -114,10 +113,6 @@ class _ObjectState:
     """(type, reason, message or "(combined)") -> the Event written for it."""
     similar: dict[tuple[str, str], dict[str, float]] = dataclasses.field(default_factory=dict)
     """(type, reason) -> message -> when last seen."""
-
-
-def _now_text() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Recorder:
@@ -221,11 +216,11 @@ class Recorder:
                 series.last_seen = now
                 await self.client.patch(
                     EVENTS, series.namespace, series.name,
-                    {"count": series.count, "lastTimestamp": _now_text(), "message": message},
+                    {"count": series.count, "lastTimestamp": clock.rfc3339(), "message": message},
                 )  # fmt: skip
                 _written.counter(type_, "patch").inc()
                 return
-            stamp = _now_text()
+            stamp = clock.rfc3339()
             created = await self.client.create(
                 {
                     "apiVersion": "v1",

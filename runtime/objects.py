@@ -5,14 +5,14 @@ read the object (from the cache when one is given: zero GETs), apply
 ``mutate`` to a **copy**, and write only if the result differs semantically
 from what is there. It never writes an object that did not change.
 
-"Differs semantically" is :func:`runtime.status.equal` on everything but
+"Differs semantically" is :func:`runtime.equality.equal` on everything but
 ``status``, the way apimachinery's ``equality.Semantic.DeepEqual`` compares:
 the API server answers in its own words, and a reconciler that says the same
 thing in others must not write on every pass. So
 
 - quantities compare by value where Kubernetes types them ``resource.Quantity``
   (container ``resources.limits``/``requests``, ``overhead``, ``capacity``,
-  ``emptyDir.sizeLimit``...; see :func:`runtime.status.normalize` for the exact
+  ``emptyDir.sizeLimit``...; see :func:`runtime.equality.normalize` for the exact
   rule): ``"1000m"`` equals the ``"1"`` the server stored, ``"1024Mi"`` equals
   ``"1Gi"``, ``2`` equals ``"2"``; elsewhere (an env var, a ConfigMap value) a
   string is compared as a string;
@@ -44,7 +44,7 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from runtime import status
+from runtime import equality
 from runtime.cache import cache as cache_
 from runtime.client import errors, resources
 
@@ -52,9 +52,11 @@ __all__ = [
     "AlreadyOwnedError",
     "Operation",
     "add_finalizer",
+    "controller_of",
     "create_or_update",
     "has_finalizer",
     "is_controlled_by",
+    "owner_reference",
     "remove_finalizer",
     "set_controller_reference",
 ]
@@ -92,35 +94,78 @@ def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
     False
     """
     uid = (owner.get("metadata") or {}).get("uid")
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
-    return uid is not None and any(
-        isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid") == uid
-        for ref in refs
-    )
+    ref = controller_of(obj)
+    return uid is not None and ref is not None and ref.get("uid") == uid
 
 
-def set_controller_reference(owner: Obj, obj: Obj, *, block_owner_deletion: bool = True) -> Obj:
-    """Make ``owner`` the controller of ``obj`` (in place; returns ``obj``).
+def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``obj``'s controller owner reference, or None (apimachinery's ``GetControllerOf``).
 
-    Raises :class:`AlreadyOwnedError` if another object is already its controller.
+    >>> controller_of({"metadata": {"ownerReferences": [{"uid": "u1"},
+    ...                                                 {"uid": "u2", "controller": True}]}})
+    {'uid': 'u2', 'controller': True}
     """
-    meta = owner["metadata"]
-    ref = {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return ref
+    return None
+
+
+def owner_reference(
+    owner: Mapping[str, Any],
+    *,
+    api_version: str | None = None,
+    kind: str | None = None,
+    block_owner_deletion: bool = True,
+) -> Obj:
+    """A controller owner reference to ``owner`` (apimachinery's ``NewControllerRef``).
+
+    ``api_version`` and ``kind`` stand in when ``owner`` carries none (the items of a
+    list answer do not); :class:`ValueError` when neither says.
+
+    >>> owner_reference({"metadata": {"name": "svc", "uid": "u1"}},
+    ...                 api_version="ray.io/v1", kind="RayService")["kind"]
+    'RayService'
+    """
+    meta = owner.get("metadata") or {}
+    version = owner.get("apiVersion") or api_version
+    of_kind = owner.get("kind") or kind
+    if not version or not of_kind:
+        raise ValueError(f"the owner {meta.get('name')!r} says neither its apiVersion nor kind")
+    return {
+        "apiVersion": version,
+        "kind": of_kind,
         "name": meta["name"],
         "uid": meta["uid"],
         "controller": True,
         "blockOwnerDeletion": block_owner_deletion,
     }
+
+
+def set_controller_reference(
+    owner: Mapping[str, Any],
+    obj: Obj,
+    *,
+    api_version: str | None = None,
+    kind: str | None = None,
+    block_owner_deletion: bool = True,
+) -> Obj:
+    """Make ``owner`` the controller of ``obj`` (in place; returns ``obj``);
+    ``api_version``/``kind`` as for :func:`owner_reference`.
+
+    Raises :class:`AlreadyOwnedError` if another object is already its controller.
+    """
+    ref = owner_reference(
+        owner, api_version=api_version, kind=kind, block_owner_deletion=block_owner_deletion
+    )
     refs = obj.setdefault("metadata", {}).setdefault("ownerReferences", [])
     for i, existing in enumerate(refs):
-        if existing.get("controller") and existing.get("uid") != meta["uid"]:
+        if existing.get("controller") and existing.get("uid") != ref["uid"]:
             raise AlreadyOwnedError(
                 f"{obj['metadata'].get('name')} is already controlled by "
                 f"{existing.get('kind')} {existing.get('name')}"
             )
-        if existing.get("uid") == meta["uid"]:
+        if existing.get("uid") == ref["uid"]:
             refs[i] = ref
             return obj
     refs.append(ref)
@@ -186,7 +231,7 @@ async def create_or_update(
     desired = copy.deepcopy(current)
     mutate(desired)
     _check_identity(desired, namespace, name)
-    if status.equal(_without_status(current), _without_status(desired)):
+    if equality.equal(_without_status(current), _without_status(desired)):
         return Operation.UNCHANGED, copy.deepcopy(current) if cache is not None else current
     updated = await client.update(desired)
     return Operation.UPDATED, copy.deepcopy(updated)

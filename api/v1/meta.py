@@ -55,6 +55,7 @@ __all__ = [
     "Schema",
     "Time",
     "camel",
+    "error_messages",
     "find_condition",
 ]
 
@@ -203,3 +204,30 @@ class PrinterColumn:
 
 
 PrinterColumn.AGE = PrinterColumn("age", "date", ".metadata.creationTimestamp")
+
+
+def error_messages(
+    exc: pydantic.ValidationError, *, root: str = "", under: str | None = None
+) -> list[str]:
+    """One ``<field>: <why>`` line per error of ``exc``, the field written as a path
+    (``spec.workerGroupSpecs[0].replicas``). ``root`` prefixes every path; a location
+    that starts with ``under`` has that first part replaced by ``root``.
+
+    >>> class Thing(Model):
+    ...     count: int
+    >>> try:
+    ...     Thing.model_validate({"count": "many"})
+    ... except pydantic.ValidationError as exc:
+    ...     error_messages(exc, root="spec")
+    ['spec.count: Input should be a valid integer, unable to parse string as an integer']
+    """
+    out = []
+    for error in exc.errors():
+        location = error["loc"]
+        if under is not None and location[:1] == (under,):
+            location = location[1:]
+        where = root
+        for part in location:
+            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+        out.append(f"{where}: {error['msg']}")
+    return out

@@ -22,6 +22,7 @@ from typing import Any
 
 import api.v1 as v1
 from controllers import rbac
+from controllers.raycluster import pods, services
 from controllers.raycluster import reconciler as reconciler_
 from runtime import builder, predicate
 from runtime import controller as controller_
@@ -66,8 +67,8 @@ def setup(
     return (
         builder.Builder(manager)
         .for_(v1.RAYCLUSTERS, predicates=(spec_or_metadata_changed,))
-        .owns(reconciler_.PODS, delay=child_event_delay)
-        .owns(reconciler_.SERVICES, delay=child_event_delay)
+        .owns(pods.PODS, delay=child_event_delay)
+        .owns(services.SERVICES, delay=child_event_delay)
         .with_options(
             max_concurrent_reconciles=max_concurrent_reconciles,
             skip_name_validation=skip_name_validation,

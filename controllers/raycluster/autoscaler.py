@@ -39,10 +39,14 @@ from typing import Any
 
 from api import v1
 from controllers.raycluster import names
+from runtime.client import resources
 
 __all__ = [
     "CONTAINER_NAME",
     "LOG_VOLUME",
+    "ROLES",
+    "ROLE_BINDINGS",
+    "SERVICE_ACCOUNTS",
     "enabled",
     "is_v2",
     "rbac_objects",
@@ -52,6 +56,10 @@ __all__ = [
     "service_account_name",
     "sidecar",
 ]
+
+SERVICE_ACCOUNTS = resources.default_registry.for_kind("v1", "ServiceAccount")
+ROLES = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "Role")
+ROLE_BINDINGS = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
 
 CONTAINER_NAME = "autoscaler"
 LOG_VOLUME = ("ray-logs", "/tmp/ray")

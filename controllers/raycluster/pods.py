@@ -91,6 +91,7 @@ from typing import Any
 from api import v1
 from controllers.raycluster import autoscaler, names
 from runtime import quantity
+from runtime.client import resources
 
 __all__ = [
     "CLUSTER_LABEL",
@@ -103,6 +104,7 @@ __all__ = [
     "KUBERAY_VERSION",
     "NAME_LABEL",
     "NODE_TYPE_LABEL",
+    "PODS",
     "SERVE_LABEL",
     "WORKER",
     "creator_kind",
@@ -116,6 +118,9 @@ __all__ = [
     "selector",
     "worker_pod",
 ]
+
+PODS = resources.default_registry.for_kind("v1", "Pod")
+"""The pods of a cluster, as the client and the cache name them."""
 
 CLUSTER_LABEL = names.CLUSTER_LABEL
 NODE_TYPE_LABEL = names.NODE_TYPE_LABEL
@@ -228,7 +233,7 @@ def head_pod(
     """The head pod KubeRay v1.5.0 would create for ``cluster``.
 
     :class:`ValueError` when the head template has no container (see
-    :func:`controllers.raycluster.names.problems`).
+    :func:`controllers.raycluster.validation.problems`).
     """
     spec = cluster.spec
     head = spec.head_group_spec

@@ -8,7 +8,7 @@ the cache (never from the API server), and in KubeRay v1.5.0's order:
    collector remove its pods and services) or whose ``spec.managedBy`` names
    another controller;
 2. refuses a cluster whose objects cannot be created at all (see
-   :func:`controllers.raycluster.names.problems`: a name too long for the
+   :func:`controllers.raycluster.validation.problems`: a name too long for the
    ``ray.io/cluster`` label or for the generated pod names, duplicate groups):
    ``ReplicaFailure`` with reason ``InvalidRayClusterSpec`` and the problems as
    the message, one Warning Event, and a :class:`~runtime.reconcile.TerminalError`
@@ -60,34 +60,16 @@ import structlog
 
 import api.v1 as v1
 from api.v1 import raycluster as raycluster_
-from controllers.raycluster import autoscaler, names, pods, services
+from controllers.raycluster import autoscaler, names, pods, services, validation
 from controllers.raycluster import status as status_
-from runtime import events, objects, reconcile
+from runtime import clock, events, objects, reconcile
 from runtime import status as runtime_status
 from runtime.cache import cache as cache_
 from runtime.client import errors, resources
 
-__all__ = [
-    "MANAGED_BY",
-    "PODS",
-    "ROLES",
-    "ROLE_BINDINGS",
-    "SERVICES",
-    "SERVICE_ACCOUNTS",
-    "Options",
-    "Reconciler",
-]
+__all__ = ["Options", "Reconciler"]
 
 Obj = dict[str, Any]
-
-PODS = resources.default_registry.for_kind("v1", "Pod")
-SERVICES = resources.default_registry.for_kind("v1", "Service")
-SERVICE_ACCOUNTS = resources.default_registry.for_kind("v1", "ServiceAccount")
-ROLES = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "Role")
-ROLE_BINDINGS = resources.default_registry.for_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
-
-MANAGED_BY = "ray.io/kuberay-operator"
-"""The ``spec.managedBy`` value KubeRay reconciles (as does this operator, its stand-in)."""
 
 
 def _env_flag(name: str) -> bool:
@@ -127,7 +109,7 @@ class Reconciler:
         recorder: events.Recorder,
         options: Options | None = None,
         *,
-        now: Callable[[], str] = runtime_status.rfc3339_now,
+        now: Callable[[], str] = clock.rfc3339,
     ) -> None:
         self.client = client
         self.cache = cache
@@ -151,14 +133,14 @@ class Reconciler:
         if meta.get("deletionTimestamp"):
             return reconcile.Result()
         managed_by = (obj.get("spec") or {}).get("managedBy")
-        if managed_by not in (None, "", MANAGED_BY):
+        if managed_by not in (None, "", names.MANAGED_BY):
             return reconcile.Result()
         try:
             cluster = v1.RayCluster.model_validate(obj)
         except pydantic.ValidationError as exc:
-            await self._refuse(obj, None, [_validation_message(exc)])
+            await self._refuse(obj, None, v1.meta.error_messages(exc))
             raise reconcile.TerminalError(str(exc)) from exc
-        problems = names.problems(cluster)
+        problems = validation.problems(cluster)
         if problems:
             await self._refuse(obj, cluster, problems)
             raise reconcile.TerminalError("; ".join(problems))
@@ -178,7 +160,7 @@ class Reconciler:
     # -- status ---------------------------------------------------------------------------
 
     async def _cluster_pods(self, namespace: str, name: str) -> list[Obj]:
-        return await self.cache.list(PODS, namespace, label_selector=pods.selector(name))
+        return await self.cache.list(pods.PODS, namespace, label_selector=pods.selector(name))
 
     async def _write_status(
         self, obj: Obj, cluster: v1.RayCluster, failure: status_.Failure | None
@@ -187,7 +169,7 @@ class Reconciler:
         found = await self._cluster_pods(namespace, name)
         try:
             head_service: Obj | None = await self.cache.get(
-                SERVICES, namespace, names.head_service_name_for(cluster)
+                services.SERVICES, namespace, names.head_service_name_for(cluster)
             )
         except errors.NotFound:
             head_service = None
@@ -242,11 +224,11 @@ class Reconciler:
         for desired in autoscaler.rbac_objects(cluster, created_by=self.options.created_by):
             resource = self.client.resource_for(desired)
             current = await self._ensure(obj, resource, desired, cached=False)
-            if resource != ROLES:
+            if resource != autoscaler.ROLES:
                 continue
             namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
             if current is None:
-                current = await self.client.get(ROLES, namespace, name)
+                current = await self.client.get(autoscaler.ROLES, namespace, name)
             if not objects.is_controlled_by(current, obj):
                 raise _ReplicaFailure(
                     "RoleNotOwned",
@@ -258,16 +240,18 @@ class Reconciler:
     async def _owned_objects(self, obj: Obj, cluster: v1.RayCluster) -> None:
         created_by = self.options.created_by
         await self._autoscaler_rbac(obj, cluster)
-        await self._ensure(obj, SERVICES, services.head_service(cluster, created_by=created_by))
+        await self._ensure(
+            obj, services.SERVICES, services.head_service(cluster, created_by=created_by)
+        )
         annotations = obj["metadata"].get("annotations") or {}
         if annotations.get(names.ENABLE_SERVE_SERVICE_ANNOTATION) == "true":
             try:
                 serve = services.serve_service(cluster)
             except ValueError as exc:
                 raise _ReplicaFailure("InvalidRayClusterSpec", str(exc)) from exc
-            await self._ensure(obj, SERVICES, serve)
+            await self._ensure(obj, services.SERVICES, serve)
         if services.needs_headless_worker_service(cluster):
-            await self._ensure(obj, SERVICES, services.headless_worker_service(cluster))
+            await self._ensure(obj, services.SERVICES, services.headless_worker_service(cluster))
 
     # -- pods -------------------------------------------------------------------------------
 
@@ -343,7 +327,9 @@ class Reconciler:
         for pod in victims:
             meta = pod["metadata"]
             try:
-                await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
+                await self.client.delete(
+                    pods.PODS, meta["namespace"], meta["name"], uid=meta.get("uid")
+                )
             except (errors.NotFound, errors.Conflict):
                 continue  # already gone (a Conflict on the uid: a new pod took the name)
             except errors.ApiError as exc:
@@ -383,9 +369,3 @@ def _scale_down_order(running: list[Obj]) -> list[Obj]:
         running, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""), reverse=True
     )
     return sorted(newest_first, key=status_.is_running_and_ready)  # stable: not Ready first
-
-
-def _validation_message(exc: pydantic.ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return f"{where}: {first['msg']}"

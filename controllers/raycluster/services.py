@@ -48,14 +48,19 @@ from typing import Any
 
 from api import v1
 from controllers.raycluster import names
+from runtime.client import resources
 
 __all__ = [
+    "SERVICES",
     "endpoints",
     "head_service",
     "headless_worker_service",
     "needs_headless_worker_service",
     "serve_service",
 ]
+
+SERVICES = resources.default_registry.for_kind("v1", "Service")
+"""Services, as the client and the cache name them."""
 
 _DEFAULT_PORTS = {
     "client": 10001,

@@ -25,7 +25,7 @@ from typing import Any
 import api.v1 as v1
 from controllers import rbac
 from controllers.ray import dashboard
-from controllers.rayservice import clusters
+from controllers.rayservice import clusters, services
 from controllers.rayservice import reconciler as reconciler_
 from runtime import builder, handler, predicate, reconcile
 from runtime import controller as controller_
@@ -93,8 +93,8 @@ def setup(
         builder.Builder(manager)
         .for_(v1.RAYSERVICES, predicates=(_spec_or_metadata_changed,))
         .owns(v1.RAYCLUSTERS)
-        .owns(reconciler_.SERVICES)
-        .watches(reconciler_.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))
+        .owns(services.SERVICES)
+        .watches(services.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))
         .with_options(
             max_concurrent_reconciles=max_concurrent_reconciles,
             skip_name_validation=skip_name_validation,

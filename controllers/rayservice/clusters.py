@@ -10,7 +10,7 @@ what is returned is the caller's own copy.
 - :func:`spec_hash` identifies a cluster config while ignoring what the Ray
   autoscaler writes (every worker group's ``replicas``, ``minReplicas``,
   ``maxReplicas`` and ``scaleStrategy.workersToDelete``). It is compared under
-  Kubernetes' semantic equality (:func:`runtime.status.normalize`): ``null``,
+  Kubernetes' semantic equality (:func:`runtime.equality.normalize`): ``null``,
   ``{}`` and ``[]`` count as absent and quantities compare by value (``cpu: 2``
   is ``cpu: "2"``), so the API server's rewrites of a spec never look like a
   change. The digest is KubeRay's shape (SHA-1, base32hex, 32 upper-case
@@ -47,7 +47,7 @@ what is returned is the caller's own copy.
 ('1', <Match.EXACT: 'exact'>)
 >>> appended = {**config, "workerGroupSpecs": [*config["workerGroupSpecs"],
 ...                                            {"groupName": "h", "template": {}}]}
->>> match(cluster, appended), is_owned(cluster, service)
+>>> match(cluster, appended), objects.is_controlled_by(cluster, service)
 (<Match.APPENDED: 'appended'>, True)
 """
 
@@ -62,13 +62,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from controllers.raycluster import names
-from runtime import objects, quantity, status
+from controllers.raycluster import interface as raycluster
+from runtime import equality, objects, quantity
 
 __all__ = [
     "DELETE_AFTER_ANNOTATION",
     "HASH_ANNOTATION",
-    "KUBERAY_VERSION",
     "KUBERAY_VERSION_ANNOTATION",
     "NUM_WORKER_GROUPS_ANNOTATION",
     "ORIGINATED_FROM_CRD",
@@ -78,7 +77,6 @@ __all__ = [
     "Match",
     "cluster_name",
     "desired_cluster",
-    "is_owned",
     "match",
     "owned_selector",
     "serve_config_hash",
@@ -93,15 +91,14 @@ HASH_ANNOTATION = "ray.io/hash-without-replicas-and-workers-to-delete"
 NUM_WORKER_GROUPS_ANNOTATION = "ray.io/num-worker-groups"
 """On a RayService's cluster: how many worker groups that config had (KubeRay's key)."""
 KUBERAY_VERSION_ANNOTATION = "ray.io/kuberay-version"
-KUBERAY_VERSION = "v1.5.0"
 """The value KubeRay v1.5.0 writes; written the same here, so the cluster looks like KubeRay's."""
 SERVE_CONFIG_ANNOTATION = "ray.io/serve-config-hash"
 """Ours: :func:`serve_config_hash` of the Serve config last PUT to this cluster."""
 DELETE_AFTER_ANNOTATION = "ray.io/delete-after"
 """Ours: RFC 3339 UTC time after which this (no longer serving) cluster is deleted."""
-ORIGINATED_FROM_NAME_LABEL = names.ORIGINATED_FROM_NAME_LABEL
+ORIGINATED_FROM_NAME_LABEL = raycluster.ORIGINATED_FROM_NAME_LABEL
 """``ray.io/originated-from-cr-name``: the RayService's name."""
-ORIGINATED_FROM_CRD_LABEL = names.ORIGINATED_FROM_CRD_LABEL
+ORIGINATED_FROM_CRD_LABEL = raycluster.ORIGINATED_FROM_CRD_LABEL
 """``ray.io/originated-from-crd``: :data:`ORIGINATED_FROM_CRD`."""
 ORIGINATED_FROM_CRD = "RayService"
 
@@ -120,7 +117,7 @@ def _json_default(value: object) -> object:
 
 
 def _canonical_numbers(value: Any) -> Any:
-    """Integral floats become ints (``1.0`` is ``1``, as :func:`runtime.status.normalize` says)."""
+    """Integral floats become ints (``1.0`` is ``1``, as :func:`runtime.equality.normalize`)."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
@@ -179,7 +176,7 @@ def spec_hash(cluster_config: Mapping[str, Any], *, worker_groups: int | None = 
     """
     return _digest(
         _canonical_numbers(
-            status.normalize(_without_autoscaler_fields(cluster_config, worker_groups))
+            equality.normalize(_without_autoscaler_fields(cluster_config, worker_groups))
         )
     )
 
@@ -238,16 +235,6 @@ def cluster_name(service_name: str, config_hash: str, existing: Mapping[str, str
 # --- the cluster --------------------------------------------------------------------------------
 
 
-def _owner(service: Mapping[str, Any]) -> Obj:
-    """What an owner reference needs (list items from the API server carry no kind)."""
-    meta = service.get("metadata") or {}
-    return {
-        "apiVersion": service.get("apiVersion") or "ray.io/v1",
-        "kind": service.get("kind") or "RayService",
-        "metadata": {"name": meta.get("name"), "uid": meta.get("uid")},
-    }
-
-
 def _cluster_config(service: Mapping[str, Any]) -> Mapping[str, Any]:
     config = (service.get("spec") or {}).get("rayClusterConfig")
     if not isinstance(config, Mapping):
@@ -273,7 +260,7 @@ def desired_cluster(service: Mapping[str, Any], name: str) -> Obj:
     groups = config.get("workerGroupSpecs")
     annotations[HASH_ANNOTATION] = spec_hash(config)
     annotations[NUM_WORKER_GROUPS_ANNOTATION] = str(len(groups) if isinstance(groups, list) else 0)
-    annotations[KUBERAY_VERSION_ANNOTATION] = KUBERAY_VERSION
+    annotations[KUBERAY_VERSION_ANNOTATION] = raycluster.KUBERAY_VERSION
     cluster: Obj = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
@@ -285,7 +272,7 @@ def desired_cluster(service: Mapping[str, Any], name: str) -> Obj:
         },
         "spec": copy.deepcopy(dict(config)),
     }
-    objects.set_controller_reference(_owner(service), cluster)
+    objects.set_controller_reference(service, cluster, api_version="ray.io/v1", kind="RayService")
     return cluster
 
 
@@ -304,8 +291,8 @@ def _same_spec(cluster: Mapping[str, Any], config: Mapping[str, Any], groups: in
     spec = cluster.get("spec")
     if not isinstance(spec, Mapping):
         return False
-    ours = status.normalize(_without_autoscaler_fields(spec))
-    theirs = status.normalize(_without_autoscaler_fields(config, groups))
+    ours = equality.normalize(_without_autoscaler_fields(spec))
+    theirs = equality.normalize(_without_autoscaler_fields(config, groups))
     return bool(ours == theirs)
 
 
@@ -384,8 +371,3 @@ def owned_selector(service_name: str) -> str:
         f"{ORIGINATED_FROM_NAME_LABEL}={service_name},"
         f"{ORIGINATED_FROM_CRD_LABEL}={ORIGINATED_FROM_CRD}"
     )
-
-
-def is_owned(cluster: Mapping[str, Any], service: Mapping[str, Any]) -> bool:
-    """Whether ``service`` is the controller owner of ``cluster`` (by uid)."""
-    return objects.is_controlled_by(cluster, service)

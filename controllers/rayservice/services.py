@@ -44,19 +44,22 @@ True
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from api import v1
-from controllers.raycluster import names
-from controllers.raycluster import services as cluster_services
+from controllers.raycluster import interface as raycluster
 from runtime import objects
+from runtime.client import resources
 
 __all__ = [
+    "ENDPOINT_SLICES",
     "HEAD_SUFFIX",
     "SERVE_SUFFIX",
+    "SERVICES",
+    "SERVICE_NAME_LABEL",
     "head_service",
     "head_service_name",
+    "ready_endpoints",
     "retargeted",
     "selected_cluster",
     "serve_service",
@@ -65,6 +68,11 @@ __all__ = [
 
 Obj = dict[str, Any]
 
+SERVICES = raycluster.SERVICES
+ENDPOINT_SLICES = resources.default_registry.for_kind("discovery.k8s.io/v1", "EndpointSlice")
+"""Where the serve service's endpoints are (the EndpointSlice controller's)."""
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+"""The label naming an EndpointSlice's Service."""
 HEAD_SUFFIX = "-head-svc"
 SERVE_SUFFIX = "-serve-svc"
 _SERVE_PORT = "serve"
@@ -98,7 +106,7 @@ def serve_service_name(service: Mapping[str, Any]) -> str:
 def selected_cluster(svc: Mapping[str, Any]) -> str | None:
     """The ``ray.io/cluster`` value of a Service's selector (None without one)."""
     selector = (svc.get("spec") or {}).get("selector") or {}
-    value = selector.get(names.CLUSTER_LABEL) if isinstance(selector, Mapping) else None
+    value = selector.get(raycluster.CLUSTER_LABEL) if isinstance(selector, Mapping) else None
     return str(value) if value is not None else None
 
 
@@ -108,51 +116,34 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _owned(service: Mapping[str, Any], svc: Obj) -> Obj:
-    owner = {
-        "apiVersion": service.get("apiVersion") or "ray.io/v1",
-        "kind": service.get("kind") or "RayService",
-        "metadata": {"name": _meta(service).get("name"), "uid": _meta(service).get("uid")},
-    }
-    return objects.set_controller_reference(owner, svc)
-
-
-def _cluster_model(cluster: Mapping[str, Any]) -> v1.RayCluster:
-    """The cluster as a model, without ``headServiceAnnotations`` (unused for a RayService)."""
-    spec = dict(cluster.get("spec") or {})
-    spec.pop("headServiceAnnotations", None)
-    return v1.RayCluster.model_validate({"metadata": dict(_meta(cluster)), "spec": spec})
+    return objects.set_controller_reference(
+        service, svc, api_version="ray.io/v1", kind="RayService"
+    )
 
 
 def head_service(
-    service: Mapping[str, Any], cluster: Mapping[str, Any], *, created_by: str = names.CREATED_BY
+    service: Mapping[str, Any],
+    cluster: Mapping[str, Any],
+    *,
+    created_by: str = raycluster.CREATED_BY,
 ) -> Obj:
     """``<name>-head-svc`` pointing at the head pod of ``cluster`` (see the module docstring).
 
     ``created_by`` is the ``app.kubernetes.io/created-by`` value of the cluster's pods
     (part of the selector, as in the cluster's own head Service).
     """
-    model = _cluster_model(cluster)
-    svc = cluster_services.head_service(model, created_by=created_by)
+    svc = raycluster.head_service(cluster, created_by=created_by)
     name = str(_meta(service).get("name") or "")
     metadata = svc["metadata"]
     metadata["name"] = head_service_name(name)
     metadata["namespace"] = _meta(service).get("namespace")
     metadata["labels"] = {
-        names.ORIGINATED_FROM_NAME_LABEL: name,
-        names.ORIGINATED_FROM_CRD_LABEL: "RayService",
-        names.NODE_TYPE_LABEL: "head",
-        names.IDENTIFIER_LABEL: names.identifier(name, "head"),
+        raycluster.ORIGINATED_FROM_NAME_LABEL: name,
+        raycluster.ORIGINATED_FROM_CRD_LABEL: "RayService",
+        raycluster.NODE_TYPE_LABEL: "head",
+        raycluster.IDENTIFIER_LABEL: raycluster.identifier(name, "head"),
     }
     return _owned(service, copy.deepcopy(svc))
-
-
-def _cluster_serve_ports(cluster: Mapping[str, Any]) -> list[Obj]:
-    """``[{name: serve, port}]`` from the head container (8000 when it lists no ports), or []."""
-    try:
-        ports: list[Obj] = cluster_services.serve_service(_cluster_model(cluster))["spec"]["ports"]
-    except ValueError:
-        return []
-    return ports
 
 
 def serve_service(service: Mapping[str, Any], cluster: Mapping[str, Any]) -> Obj:
@@ -161,17 +152,17 @@ def serve_service(service: Mapping[str, Any], cluster: Mapping[str, Any]) -> Obj
     name = str(meta.get("name") or "")
     spec = service.get("spec") or {}
     labels = {
-        names.ORIGINATED_FROM_NAME_LABEL: name,
-        names.ORIGINATED_FROM_CRD_LABEL: "RayService",
-        names.SERVE_LABEL: f"{name}-serve",
+        raycluster.ORIGINATED_FROM_NAME_LABEL: name,
+        raycluster.ORIGINATED_FROM_CRD_LABEL: "RayService",
+        raycluster.SERVE_LABEL: f"{name}-serve",
     }
     selector = {
-        names.CLUSTER_LABEL: str(_meta(cluster).get("name") or ""),
-        names.SERVE_LABEL: "true",
+        raycluster.CLUSTER_LABEL: str(_meta(cluster).get("name") or ""),
+        raycluster.SERVE_LABEL: "true",
     }
     head_group = (spec.get("rayClusterConfig") or {}).get("headGroupSpec") or {}
     service_type = head_group.get("serviceType")
-    ports = _cluster_serve_ports(cluster)
+    ports = raycluster.serve_ports(cluster)
     template = spec.get("serveService")
     if isinstance(template, Mapping):
         svc: Obj = copy.deepcopy(dict(template))
@@ -254,3 +245,19 @@ def retargeted(current: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj | 
             port["nodePort"] = node_ports[port.get("name")]
     updated["spec"] = spec
     return updated
+
+
+def ready_endpoints(slices: Iterable[Mapping[str, Any]]) -> int:
+    """How many endpoints of ``slices`` are ready (a missing ``ready`` counts as ready,
+    as the EndpointSlice API says).
+
+    >>> ready_endpoints([{"endpoints": [{"conditions": {"ready": True}}, {"conditions": {}},
+    ...                                 {"conditions": {"ready": False}}]}])
+    2
+    """
+    count = 0
+    for piece in slices:
+        for endpoint in piece.get("endpoints") or ():
+            if (endpoint.get("conditions") or {}).get("ready") is not False:
+                count += 1
+    return count

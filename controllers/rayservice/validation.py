@@ -3,7 +3,7 @@
 :func:`problems` lists every reason (empty when the RayService is valid): KubeRay
 v1.5.0's ``ValidateRayServiceMetadata`` and ``ValidateRayServiceSpec`` (all of
 them, not only the first), the RayCluster rules of
-:func:`controllers.raycluster.names.problems` applied to ``spec.rayClusterConfig``,
+:func:`controllers.raycluster.validation.problems` applied to ``spec.rayClusterConfig``,
 and checks of the Serve config that would otherwise only fail later, at the PUT
 to Ray Serve or on every reconcile:
 
@@ -24,7 +24,7 @@ to Ray Serve or on every reconcile:
   this operator**, and is reported as such;
 - ``spec.rayClusterDeletionDelaySeconds``: an integer >= 0;
 - ``spec.serveService``: a Service template within the allow-list of
-  :func:`controllers.raycluster.names.service_template_problems` (no ``ExternalName``,
+  :func:`controllers.raycluster.validation.service_template_problems` (no ``ExternalName``,
   ``externalIPs``, ...), its ``metadata.name``, when set, a DNS-1035 label;
 - ``spec.serveConfigV2``, when set (:func:`serve_config` parses it): YAML
   (:func:`controllers.ray.serveconfig.serve_config`), with ``applications`` a
@@ -61,7 +61,7 @@ spec.serveConfigV2: applications[0].route_prefix 'api' must start with '/'
 
 from __future__ import annotations
 
-import fractions
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -69,21 +69,24 @@ from typing import Any
 import pydantic
 
 from api import v1
+from controllers import goduration
 from controllers.ray import serveconfig
-from controllers.raycluster import names
+from controllers.raycluster import interface as raycluster
 
 __all__ = [
     "INITIALIZING_TIMEOUT_ANNOTATION",
     "MAX_NAME_LENGTH",
     "SUPPORTED_UPGRADE_TYPES",
+    "Validated",
     "initializing_timeout",
     "problems",
     "serve_config",
+    "validate",
 ]
 
 Obj = dict[str, Any]
 
-MAX_NAME_LENGTH = names.MAX_CLUSTER_NAME_LENGTH - 6
+MAX_NAME_LENGTH = raycluster.MAX_CLUSTER_NAME_LENGTH - 6
 """47: a RayService's clusters are named ``<name>-<5 characters>`` (at most 53)."""
 INITIALIZING_TIMEOUT_ANNOTATION = "ray.io/initializing-timeout"
 """How long a RayService may stay initializing before it is marked failed (KubeRay's key)."""
@@ -100,52 +103,9 @@ _DNS1035_MAX = 63
 
 # --- the annotation -----------------------------------------------------------------------------
 
-_GO_UNITS = {
-    "ns": fractions.Fraction(1, 10**9),
-    "us": fractions.Fraction(1, 10**6),
-    "\u00b5s": fractions.Fraction(1, 10**6),  # micro sign
-    "\u03bcs": fractions.Fraction(1, 10**6),  # Greek small letter mu
-    "ms": fractions.Fraction(1, 10**3),
-    "s": fractions.Fraction(1),
-    "m": fractions.Fraction(60),
-    "h": fractions.Fraction(3600),
-}
-_GO_TERM = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
-_GO_MAX_SECONDS = fractions.Fraction(2**63 - 1, 10**9)
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _MAX_TIMEOUT_LENGTH = 64
 """Longest annotation value read (a user string: bounded before it is parsed)."""
-
-
-def _go_duration(text: str) -> fractions.Fraction | None:
-    """Seconds of a Go ``time.ParseDuration`` string (``"1h30m"``, ``"-2.5s"``), else None."""
-    rest = text
-    sign = 1
-    if rest[:1] in ("+", "-"):
-        sign = -1 if rest[0] == "-" else 1
-        rest = rest[1:]
-    if rest == "0":
-        return fractions.Fraction(0)
-    if not rest:
-        return None
-    total = fractions.Fraction(0)
-    while rest:
-        term = _GO_TERM.match(rest)
-        if term is None:  # pragma: no cover - the pattern matches any string
-            return None
-        whole, fraction, unit = term.group(1), term.group(2), term.group(3)
-        if not whole and not fraction:  # "." or a unit without a number
-            return None
-        if unit not in _GO_UNITS:
-            return None
-        number = fractions.Fraction(int(whole or "0"))
-        if fraction:
-            number += fractions.Fraction(int(fraction), 10 ** len(fraction))
-        total += number * _GO_UNITS[unit]
-        if total > _GO_MAX_SECONDS:
-            return None
-        rest = rest[term.end() :]
-    return sign * total
 
 
 def _timeout(value: str) -> tuple[float | None, str | None]:
@@ -153,7 +113,7 @@ def _timeout(value: str) -> tuple[float | None, str | None]:
     where = f"annotation {INITIALIZING_TIMEOUT_ANNOTATION}"
     if len(value) > _MAX_TIMEOUT_LENGTH:
         return None, f"{where} has {len(value)} characters; at most {_MAX_TIMEOUT_LENGTH}"
-    duration = _go_duration(value)
+    duration = goduration.parse(value)
     if duration is not None:
         if duration <= 0:
             return None, f"{where} must be a positive duration, got {value!r}"
@@ -320,7 +280,7 @@ def _name_problems(name: Any) -> list[str]:
         found.append(
             f"metadata.name {name!r} has {len(name)} characters; a RayService name must have "
             f"at most {MAX_NAME_LENGTH} (its RayClusters are named <name>-<5 characters>, "
-            f"at most {names.MAX_CLUSTER_NAME_LENGTH})"
+            f"at most {raycluster.MAX_CLUSTER_NAME_LENGTH})"
         )
     if not _DNS1035.fullmatch(name):
         found.append(
@@ -328,16 +288,6 @@ def _name_problems(name: Any) -> list[str]:
             "and '-', starting with a letter and ending with a letter or digit)"
         )
     return found
-
-
-def _validation_messages(exc: pydantic.ValidationError, prefix: str) -> list[str]:
-    out = []
-    for error in exc.errors():
-        where = prefix
-        for part in error["loc"][1:] if error["loc"][:1] == ("spec",) else error["loc"]:
-            where += f"[{part}]" if isinstance(part, int) else f".{part}"
-        out.append(f"{where}: {error['msg']}")
-    return out
 
 
 def _head_container(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -394,8 +344,8 @@ def _cluster_problems(service: Mapping[str, Any], name_ok: bool) -> list[str]:
     try:
         cluster = v1.RayCluster.model_validate(cluster_obj)
     except pydantic.ValidationError as exc:
-        return _validation_messages(exc, "spec.rayClusterConfig")
-    found = [f"spec.rayClusterConfig: {p}" for p in names.problems(cluster)]
+        return v1.meta.error_messages(exc, root="spec.rayClusterConfig", under="spec")
+    found = [f"spec.rayClusterConfig: {p}" for p in raycluster.problems(cluster)]
     head_service = cluster.spec.head_group_spec.head_service or {}
     custom = (head_service.get("metadata") or {}).get("name")
     if custom:
@@ -436,7 +386,7 @@ def _spec_problems(spec: Mapping[str, Any]) -> list[str]:
         custom = (
             (template.get("metadata") or {}).get("name") if isinstance(template, Mapping) else None
         )
-        found += names.service_template_problems("spec.serveService", template)
+        found += raycluster.service_template_problems("spec.serveService", template)
         if (
             isinstance(template, Mapping)
             and custom is not None
@@ -454,18 +404,51 @@ def _spec_problems(spec: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def problems(service: Mapping[str, Any]) -> list[str]:
-    """Every reason ``service`` cannot be run (see the module docstring); empty when it can."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Validated:
+    """A RayService read once: why it cannot run, or its typed spec and what it asks for."""
+
+    problems: tuple[str, ...] = ()
+    """Every reason it cannot be run (see the module docstring); empty when it can."""
+    spec: v1.RayServiceSpec | None = None
+    """The typed spec (unknown fields kept, as the API keeps them); None with problems."""
+    serve_config: dict[str, Any] | None = None
+    """The parsed ``serveConfigV2`` (the body to PUT); None when absent, blank or invalid."""
+    initializing_timeout: float | None = None
+    """Seconds of :data:`INITIALIZING_TIMEOUT_ANNOTATION`; None when absent or invalid."""
+
+
+def validate(service: Mapping[str, Any]) -> Validated:
+    """``service`` checked once (see the module docstring): its problems, or its typed
+    spec, its Serve config and its initializing timeout.
+
+    >>> validate({"metadata": {"name": "Bad"}, "spec": {}}).problems[0]
+    "metadata.name 'Bad' is not a valid DNS-1035 label (lower-case letters, digits and '-', \
+starting with a letter and ending with a letter or digit)"
+    """
     meta = service.get("metadata") or {}
     found = _name_problems(meta.get("name"))
     name_ok = not found
     value = _annotations(service).get(INITIALIZING_TIMEOUT_ANNOTATION)
+    timeout = None
     if value is not None and value != "":
-        problem = _timeout(str(value))[1]
+        timeout, problem = _timeout(str(value))
         if problem is not None:
             found.append(problem)
     spec = service.get("spec") or {}
     found += _cluster_problems(service, name_ok)
     found += _spec_problems(spec)
-    found += _serve(service)[1]
-    return found
+    config, serve_problems = _serve(service)
+    found += serve_problems
+    if found:
+        return Validated(problems=tuple(found))
+    try:
+        typed = v1.RayServiceSpec.model_validate(spec)
+    except pydantic.ValidationError as exc:
+        return Validated(problems=tuple(v1.meta.error_messages(exc, root="spec")))
+    return Validated(spec=typed, serve_config=config, initializing_timeout=timeout)
+
+
+def problems(service: Mapping[str, Any]) -> list[str]:
+    """Every reason ``service`` cannot be run (see the module docstring); empty when it can."""
+    return list(validate(service).problems)

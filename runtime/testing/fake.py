@@ -89,12 +89,12 @@ import asyncio
 import builtins
 import copy
 import dataclasses
-import datetime
 import itertools
 import uuid
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
+from runtime import clock
 from runtime.cache import selector as selector_
 from runtime.client import client as client_
 from runtime.client import errors, resources
@@ -205,10 +205,6 @@ def _drop_empty_metadata(obj: Obj) -> None:
     for field in ("labels", "annotations", "finalizers", "ownerReferences"):
         if field in meta and not meta[field]:
             del meta[field]
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 _Change = tuple[str, Obj, Obj | None]
@@ -404,7 +400,7 @@ class FakeClient:
                 return self._deleted(resource, namespace, name, copy.deepcopy(current))
             new = copy.deepcopy(current)
             meta = new["metadata"]
-            meta["deletionTimestamp"] = _now()
+            meta["deletionTimestamp"] = clock.rfc3339()
             meta["deletionGracePeriodSeconds"] = 0
             if meta.get("generation"):
                 meta["generation"] += 1
@@ -613,7 +609,9 @@ class FakeClient:
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
-        meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), resourceVersion=self._bump())
+        meta.update(
+            uid=str(uuid.uuid4()), creationTimestamp=clock.rfc3339(), resourceVersion=self._bump()
+        )
         if kind.generation:
             meta["generation"] = 1
         _drop_empty_metadata(obj)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime import status
+from runtime import clock, status
 from runtime.cache import cache as cache_
 from runtime.cache import reflector as reflector_
 from runtime.cache import store as store_
@@ -165,7 +165,7 @@ async def test_volatile_only_status_change_makes_no_write(
 ) -> None:
     created = await client.create(widget("w", namespace))
     writer = status.StatusWriter(client, volatile={"lastUpdateTime"},
-                                 stamps={"lastUpdateTime": status.rfc3339_now})  # fmt: skip
+                                 stamps={"lastUpdateTime": clock.rfc3339})  # fmt: skip
     first = await writer.update(created, {"phase": "Ready"})
     assert first.outcome is status.Outcome.WRITTEN
     # The apiserver labels a PUT of a custom resource with verb "PUT" (built-in kinds:

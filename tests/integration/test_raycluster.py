@@ -15,7 +15,7 @@ import pytest
 
 import api.v1 as v1
 from controllers import raycluster
-from controllers.raycluster import reconciler as reconciler_
+from controllers.raycluster import pods, services
 from runtime import manager as manager_
 from runtime import metrics
 from runtime.client import client as client_
@@ -25,7 +25,7 @@ from tests.integration import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 CRD_DIR = ROOT / "config/crd/bases"
-PODS, SERVICES = reconciler_.PODS, reconciler_.SERVICES
+PODS, SERVICES = pods.PODS, services.SERVICES
 EVENTS = resources.default_registry.for_kind("v1", "Event")
 RBAC = resources.default_registry
 WRITES = {"POST", "PUT", "PATCH", "DELETE", "CREATE", "UPDATE", "APPLY"}

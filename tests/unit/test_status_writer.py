@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from runtime import metrics, status
+from runtime import equality, metrics, status
 from runtime.client import errors, resources
 from runtime.testing import clock as clock_
 from runtime.testing import fake
@@ -68,7 +68,7 @@ async def test_a_new_status_is_written_once_then_skipped(client: fake.FakeClient
     ],
 )
 def test_semantic_equality(old: dict[str, Any], new: dict[str, Any], same: bool) -> None:
-    assert status.equal(old, new, volatile={"lastUpdateTime", "healthLastUpdateTime"}) is same
+    assert equality.equal(old, new, volatile={"lastUpdateTime", "healthLastUpdateTime"}) is same
 
 
 def resources_of(limits: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -122,8 +122,8 @@ def resources_of(limits: dict[str, Any], **more: Any) -> dict[str, Any]:
     ],
 )  # fmt: skip
 def test_semantic_equality_of_objects(old: Any, new: Any, same: bool) -> None:
-    assert status.equal(old, new) is same
-    assert status.equal(new, old) is same
+    assert equality.equal(old, new) is same
+    assert equality.equal(new, old) is same
 
 
 async def test_stamps_are_only_set_on_a_real_write(client: fake.FakeClient) -> None:

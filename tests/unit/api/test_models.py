@@ -14,7 +14,7 @@ import yaml
 
 import api.v1 as v1
 from api.v1 import meta, raycluster, rayservice
-from runtime import status as status_
+from runtime import equality
 
 ROOT = pathlib.Path(__file__).parents[3]
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
@@ -247,9 +247,9 @@ def test_status_writer_ignores_volatile_fields_at_any_depth() -> None:
     assert new.active_service_status.ray_cluster_status
     new.active_service_status.ray_cluster_status.last_update_time = "2026-03-02T00:00:00Z"
     volatile = v1.RayServiceStatus.VOLATILE_FIELDS
-    assert status_.equal(old.to_api(), new.to_api(), volatile=volatile)
+    assert equality.equal(old.to_api(), new.to_api(), volatile=volatile)
     new.num_serve_endpoints = 2
-    assert not status_.equal(old.to_api(), new.to_api(), volatile=volatile)
+    assert not equality.equal(old.to_api(), new.to_api(), volatile=volatile)
 
 
 def test_resources() -> None:

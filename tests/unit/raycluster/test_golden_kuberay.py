@@ -9,7 +9,7 @@ audit log recorded them.
 From the RayCluster we build the same objects (:mod:`controllers.raycluster.pods`,
 ``services``, ``autoscaler``; workers: :func:`~controllers.raycluster.pods.desired_workers`
 per group, as KubeRay creates them) and compare under
-:func:`runtime.status.normalize` (Kubernetes' semantic equality: empty values are
+:func:`runtime.equality.normalize` (Kubernetes' semantic equality: empty values are
 absent, quantities compare by value). The builders are called with
 ``created_by="kuberay-operator"``, the value KubeRay writes (our default is our own
 name: a parameter, not a difference). Every remaining difference is one of
@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from api import v1
-from controllers.raycluster import autoscaler, names, pods, services
-from runtime import status
+from controllers.raycluster import autoscaler, names, pods, services, validation
+from runtime import equality
 
 DATA = pathlib.Path(__file__).parents[1] / "testdata" / "kuberay-v1.5.0"
 FILES = sorted(DATA.glob("*.json"))
@@ -186,8 +186,8 @@ def _diff(want: Any, have: Any, path: str = "") -> Iterator[str]:
 
 
 def assert_same(kuberay: dict[str, Any], ours: dict[str, Any], what: str) -> None:
-    want = status.normalize(_without_owner(kuberay))
-    have = status.normalize(scheme_defaults(ours))
+    want = equality.normalize(_without_owner(kuberay))
+    have = equality.normalize(scheme_defaults(ours))
     differences = list(_diff(want, have))
     assert not differences, f"{what} differs from KubeRay's:\n  " + "\n  ".join(differences)
 
@@ -211,7 +211,7 @@ def test_golden_data_is_present() -> None:
 @pytest.mark.parametrize("path", FILES or [DATA / "missing.json"], ids=lambda p: p.stem)
 def test_pods_equal_kuberays(path: pathlib.Path) -> None:
     cluster, created = load(path)
-    assert names.problems(cluster) == [], "KubeRay accepted this cluster, so must we"
+    assert validation.problems(cluster) == [], "KubeRay accepted this cluster, so must we"
     recorded = created["pods"]
     heads = [p for p in recorded if pods.is_head(p)]
     assert len(heads) == 1, "KubeRay created exactly one head pod"

@@ -9,6 +9,7 @@ import pytest
 
 from api import v1
 from controllers.raycluster import names
+from controllers.raycluster import validation as raycluster_validation
 
 
 def make(
@@ -70,7 +71,7 @@ def test_valid_cluster_has_no_problems() -> None:
         autoscalerOptions={"version": "v2"},
         annotations={"ray.io/enable-serve-service": "true"},
     )
-    assert names.problems(cluster) == []
+    assert raycluster_validation.problems(cluster) == []
 
 
 @pytest.mark.parametrize(
@@ -191,18 +192,18 @@ def test_valid_cluster_has_no_problems() -> None:
     ],
 )
 def test_problems(cluster: Any, fragment: str) -> None:
-    found = names.problems(cluster())
+    found = raycluster_validation.problems(cluster())
     assert any(fragment in problem for problem in found), found
 
 
 def test_suspended_group_without_autoscaler_is_accepted() -> None:
     # KubeRay v1.5.0 refuses this unless its RayJobDeletionPolicy gate is on; we always allow it.
-    assert names.problems(make(workerGroupSpecs=[group(suspend=True)])) == []
+    assert raycluster_validation.problems(make(workerGroupSpecs=[group(suspend=True)])) == []
 
 
 def test_all_problems_are_reported_not_only_the_first() -> None:
     cluster = make("Bad", workerGroupSpecs=[group("a"), group("a")])
-    assert len(names.problems(cluster)) == 2
+    assert len(raycluster_validation.problems(cluster)) == 2
 
 
 BUILDERS = [f"controllers.raycluster.{m}" for m in ("names", "pods", "services", "autoscaler")]

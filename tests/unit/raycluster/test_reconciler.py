@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
+from controllers.raycluster import pods, services
 from controllers.raycluster import reconciler as reconciler_
 from runtime import events, reconcile
 from runtime.cache import cache as cache_
@@ -17,8 +18,8 @@ from runtime.client import errors, resources
 from runtime.testing import fake
 from tests.unit import helpers
 
-PODS = reconciler_.PODS
-SERVICES = reconciler_.SERVICES
+PODS = pods.PODS
+SERVICES = services.SERVICES
 EVENTS = resources.default_registry.for_kind("v1", "Event")
 REQUEST = reconcile.Request("ns", "demo")
 NOW = "2026-01-01T00:00:00Z"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from api import v1
-from controllers.raycluster import names
+from controllers.raycluster import validation as raycluster_validation
 from controllers.rayservice import validation
 
 
@@ -70,7 +70,7 @@ ALLOWED: list[dict[str, Any]] = [
 def test_the_raycluster_head_service_template_is_refused(
     template: dict[str, Any], fragment: str
 ) -> None:
-    found = names.problems(make(head={"headService": template}))
+    found = raycluster_validation.problems(make(head={"headService": template}))
     assert any(fragment in p and "headGroupSpec.headService" in p for p in found), found
 
 
@@ -90,12 +90,12 @@ def test_the_rayservice_templates_are_refused(template: dict[str, Any], fragment
 
 @pytest.mark.parametrize("template", ALLOWED)
 def test_templates_as_users_write_them_are_accepted(template: dict[str, Any]) -> None:
-    assert names.problems(make(head={"headService": template})) == []
+    assert raycluster_validation.problems(make(head={"headService": template})) == []
     assert validation.problems(service(serveService=copy.deepcopy(template))) == []
 
 
 def test_service_type_externalname_is_refused_too() -> None:
-    found = names.problems(make(head={"serviceType": "ExternalName"}))
+    found = raycluster_validation.problems(make(head={"serviceType": "ExternalName"}))
     assert found == [
         "headGroupSpec.serviceType 'ExternalName' is not allowed "
         "(one of 'ClusterIP', 'NodePort', 'LoadBalancer')"

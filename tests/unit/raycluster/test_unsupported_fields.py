@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from api import v1
-from controllers.raycluster import names
+from controllers.raycluster import validation as raycluster_validation
 from controllers.rayservice import validation
 
 
@@ -40,7 +40,7 @@ def test_an_unsupported_field_is_refused_on_a_raycluster(
     cluster = v1.RayCluster.model_validate(
         {"metadata": {"name": "demo", "namespace": "ns"}, "spec": cluster_spec(**dict(extra))}
     )
-    found = names.problems(cluster)
+    found = raycluster_validation.problems(cluster)
     assert [p for p in found if fragment in p], found
 
 
@@ -61,7 +61,7 @@ def test_the_off_values_are_accepted(extra: dict[str, Any]) -> None:
     cluster = v1.RayCluster.model_validate(
         {"metadata": {"name": "demo", "namespace": "ns"}, "spec": cluster_spec(**dict(extra))}
     )
-    assert names.problems(cluster) == []
+    assert raycluster_validation.problems(cluster) == []
 
 
 def test_incremental_upgrade_options_are_refused_on_a_rayservice() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from controllers.rayservice import clusters
-from runtime import status
+from runtime import equality, objects
 
 Obj = dict[str, Any]
 GOLDEN = (
@@ -270,7 +270,7 @@ def test_desired_cluster_equals_kuberays_for_its_sample() -> None:
     kuberay_hash = recorded["metadata"]["annotations"].pop(clusters.HASH_ANNOTATION)
     assert re.fullmatch(r"[0-9A-V]{32}", ours_hash)
     assert re.fullmatch(r"[0-9A-V]{32}", kuberay_hash)
-    assert status.normalize(ours) == status.normalize(recorded)
+    assert equality.normalize(ours) == equality.normalize(recorded)
 
 
 def test_desired_cluster_carries_the_services_labels_and_annotations() -> None:
@@ -487,10 +487,10 @@ def test_owned_selector() -> None:
 def test_is_owned_by_controller_reference_uid() -> None:
     svc = service()
     cluster = built(config())
-    assert clusters.is_owned(cluster, svc)
+    assert objects.is_controlled_by(cluster, svc)
     other = service()
     other["metadata"]["uid"] = "another"
-    assert not clusters.is_owned(cluster, other)
+    assert not objects.is_controlled_by(cluster, other)
     cluster["metadata"]["ownerReferences"][0]["controller"] = False
-    assert not clusters.is_owned(cluster, svc)
-    assert not clusters.is_owned({"metadata": {}}, svc)
+    assert not objects.is_controlled_by(cluster, svc)
+    assert not objects.is_controlled_by({"metadata": {}}, svc)

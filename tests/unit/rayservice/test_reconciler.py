@@ -16,7 +16,8 @@ import pytest
 import api.v1 as v1
 from controllers.ray import dashboard
 from controllers.ray import fake as fake_dashboards
-from controllers.rayservice import clusters
+from controllers.raycluster import interface as raycluster
+from controllers.rayservice import clusters, plan, services
 from controllers.rayservice import reconciler as reconciler_
 from runtime import events, reconcile
 from runtime.cache import cache as cache_
@@ -24,9 +25,9 @@ from runtime.client import errors, resources
 from runtime.testing import fake
 from tests.unit import helpers
 
-PODS = reconciler_.PODS
-SERVICES = reconciler_.SERVICES
-SLICES = reconciler_.ENDPOINT_SLICES
+PODS = raycluster.PODS
+SERVICES = services.SERVICES
+SLICES = services.ENDPOINT_SLICES
 EVENTS = resources.default_registry.for_kind("v1", "Event")
 REQUEST = reconcile.Request("ns", "demo")
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -245,10 +246,10 @@ async def test_config_is_submitted_once_head_ready_then_traffic_moves_and_ready(
     assert head["spec"]["selector"]["ray.io/cluster"] == name
     # The pass that moved traffic waits for the endpoints before reporting.
     assert env.status_writes() == writes
-    assert result.requeue_after == reconciler_.ENDPOINTS_GRACE
+    assert result.requeue_after == plan.ENDPOINTS_GRACE
     await env.reconcile()  # woken by its own Service writes: still no endpoint, waits
     assert env.status_writes() == writes
-    env.now += datetime.timedelta(seconds=reconciler_.ENDPOINTS_GRACE)
+    env.now += datetime.timedelta(seconds=plan.ENDPOINTS_GRACE)
     await env.reconcile()  # the grace passed without endpoints: reported anyway
     assert env.status_writes() == writes + 1
     svc = await env.service()

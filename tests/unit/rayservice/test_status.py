@@ -13,7 +13,7 @@ from typing import Any
 
 from controllers.ray import dashboard
 from controllers.rayservice import status
-from runtime import status as runtime_status
+from runtime import equality
 
 TESTDATA = pathlib.Path(__file__).parent.parent / "testdata" / "ray-2.60"
 T = [f"2026-12-01T00:00:{i:02d}Z" for i in range(60)]
@@ -280,14 +280,14 @@ def test_ray_cluster_status_is_copied_but_volatile() -> None:
     }
     after = step(before, T[1], active=active(cluster_status=three), num_serve_endpoints=1)
     assert after != before
-    assert runtime_status.equal(before, after, volatile=status.VOLATILE)
+    assert equality.equal(before, after, volatile=status.VOLATILE)
     # but not when something else moved
     moved = step(
         before, T[1], active=active(cluster_status={"state": "ready"}), num_serve_endpoints=2
     )
-    assert not runtime_status.equal(before, moved, volatile=status.VOLATILE)
+    assert not equality.equal(before, moved, volatile=status.VOLATILE)
     # the write stamp is volatile as well
-    assert runtime_status.equal(
+    assert equality.equal(
         {**before, "lastUpdateTime": T[0]}, {**before, "lastUpdateTime": T[9]},
         volatile=status.VOLATILE,
     )  # fmt: skip

@@ -1,0 +1,100 @@
+"""What another controller may know of a RayCluster: its kinds, names, labels, builders
+and readiness, and nothing of how the RayCluster reconciler works.
+
+The RayService controller reaches the RayCluster side only through this module
+(an import-linter contract in ``pyproject.toml`` forbids it every other module of
+:mod:`controllers.raycluster`), so the RayCluster reconciler can change its insides
+without a RayService test noticing. Everything here is pure.
+
+>>> head_service_name("demo"), pod_selector("demo")
+('demo-head-svc', 'ray.io/cluster=demo')
+>>> svc = head_service({"metadata": {"name": "demo", "namespace": "ns"}, "spec": {
+...     "headGroupSpec": {"template": {"spec": {"containers": [{"name": "ray-head"}]}}}}})
+>>> svc["metadata"]["name"], svc["spec"]["selector"]["ray.io/node-type"]
+('demo-head-svc', 'head')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from api import v1
+from controllers.raycluster import names, pods, services, status, validation
+
+__all__ = [
+    "CLUSTER_LABEL",
+    "CREATED_BY",
+    "IDENTIFIER_LABEL",
+    "KUBERAY_VERSION",
+    "MANAGED_BY",
+    "MAX_CLUSTER_NAME_LENGTH",
+    "NODE_TYPE_LABEL",
+    "ORIGINATED_FROM_CRD_LABEL",
+    "ORIGINATED_FROM_NAME_LABEL",
+    "PODS",
+    "SERVE_LABEL",
+    "SERVICES",
+    "head_service",
+    "head_service_name",
+    "identifier",
+    "is_head",
+    "is_running_and_ready",
+    "pod_selector",
+    "problems",
+    "serve_ports",
+    "service_template_problems",
+]
+
+PODS = pods.PODS
+SERVICES = services.SERVICES
+
+CLUSTER_LABEL = names.CLUSTER_LABEL
+NODE_TYPE_LABEL = names.NODE_TYPE_LABEL
+IDENTIFIER_LABEL = names.IDENTIFIER_LABEL
+SERVE_LABEL = names.SERVE_LABEL
+ORIGINATED_FROM_NAME_LABEL = names.ORIGINATED_FROM_NAME_LABEL
+ORIGINATED_FROM_CRD_LABEL = names.ORIGINATED_FROM_CRD_LABEL
+CREATED_BY = names.CREATED_BY
+MANAGED_BY = names.MANAGED_BY
+MAX_CLUSTER_NAME_LENGTH = names.MAX_CLUSTER_NAME_LENGTH
+KUBERAY_VERSION = pods.KUBERAY_VERSION
+
+head_service_name = names.head_service_name
+identifier = names.identifier
+problems = validation.problems
+service_template_problems = validation.service_template_problems
+is_head = pods.is_head
+is_running_and_ready = status.is_running_and_ready
+
+
+def pod_selector(cluster_name: str) -> str:
+    """The label selector of every pod of the cluster ``cluster_name``."""
+    return pods.selector(cluster_name)
+
+
+def _model(cluster: Mapping[str, Any]) -> v1.RayCluster:
+    """A raw RayCluster as the builders take it (``headServiceAnnotations`` dropped: a
+    RayService's head service carries none)."""
+    spec = dict(cluster.get("spec") or {})
+    spec.pop("headServiceAnnotations", None)
+    meta = cluster.get("metadata")
+    return v1.RayCluster.model_validate(
+        {"metadata": dict(meta) if isinstance(meta, Mapping) else {}, "spec": spec}
+    )
+
+
+def head_service(cluster: Mapping[str, Any], *, created_by: str = CREATED_BY) -> dict[str, Any]:
+    """The head Service the RayCluster controller builds for the raw ``cluster``
+    (``created_by``: the ``app.kubernetes.io/created-by`` value its pods carry)."""
+    return services.head_service(_model(cluster), created_by=created_by)
+
+
+def serve_ports(cluster: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The serve Service ports of the raw ``cluster`` (``[{name: serve, port}]``; 8000
+    when the head container lists no ports), or ``[]`` when it has no ``serve`` port."""
+    try:
+        ports: list[dict[str, Any]] = services.serve_service(_model(cluster))["spec"]["ports"]
+    except ValueError:
+        return []
+    return ports

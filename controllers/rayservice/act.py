@@ -1,0 +1,177 @@
+"""Act: carry out a :class:`~controllers.rayservice.plan.Plan`, the only part of a
+RayService pass that talks to the API server, the dashboard and the Event recorder.
+
+The order is fixed, and it is what keeps a crash at any point safe (the next pass
+reads the cluster's annotations and the Services again and carries on):
+
+1. the plan's Warnings;
+2. cluster writes in the plan's order (the active cluster's, the pending one's,
+   then deletions), each with its Event once it succeeded (a cluster already gone,
+   or replaced, is skipped quietly; a create that finds the name taken leaves it to
+   the watch);
+3. the Serve config PUT, then its hash annotation (a crash between them is caught by
+   the next pass, which sees the dashboard runs that config), then the head pod's
+   ``ray.io/serve`` label. A PUT that fails writes the status with Serve's answer and
+   raises (a timed-out PUT quietly: Ray may still be deploying it);
+4. the old active cluster's ``delete-after``, **before** traffic leaves it; then the
+   head Service and the serve Service, and ``SwitchedTraffic``;
+5. the status, through the status writer (no write when nothing changed; a spec
+   changed meanwhile raises, to compute again);
+6. the plan's error, if any (the work queue retries with backoff, or never for a
+   :class:`~runtime.reconcile.TerminalError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import api.v1 as v1
+from controllers.ray import dashboard, serveconfig
+from controllers.raycluster import interface as raycluster
+from controllers.rayservice import clusters
+from controllers.rayservice import plan as plan_
+from runtime import events
+from runtime import status as status_writer
+from runtime.client import errors
+
+__all__ = ["Executor"]
+
+Obj = dict[str, Any]
+
+
+class Executor:
+    """Carries out plans with one client, recorder and status writer."""
+
+    def __init__(
+        self, client: Any, recorder: events.Recorder, writer: status_writer.StatusWriter
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.writer = writer
+
+    async def act(self, service: Obj, plan: plan_.Plan, *, spent: float) -> float | None:
+        """Make ``plan``'s writes for ``service`` (see the module docstring); returns
+        when to look again (``spent``: seconds the dashboard took while observing)."""
+        for event in plan.events:
+            self.recorder.event(service, event.type, event.reason, event.message)
+        for op in plan.clusters:
+            await self._cluster(service, op)
+        if plan.submit is not None:
+            started = time.monotonic()
+            refused = await self._submit(service, plan.submit)
+            spent += time.monotonic() - started
+            if refused is not None:
+                await self.write(service, plan.refused(refused.refusal))
+                raise refused
+        if plan.serve_annotation is not None:
+            await self._annotate(plan.serve_annotation)
+        if plan.relabel is not None:
+            await self._relabel(plan.relabel)
+        if plan.delete_after is not None:
+            await self._annotate(plan.delete_after)
+        for point in plan.points:
+            await self._point(point)
+        if plan.switched is not None:
+            self.recorder.event(service, "Normal", "SwitchedTraffic", plan.switched)
+        if plan.status is not None:
+            await self.write(service, plan.status)
+        if plan.error is not None:
+            raise plan.error
+        return plan.requeue_after(spent)
+
+    async def write(self, service: Obj, status: Mapping[str, Any]) -> None:
+        """Hand ``status`` to the status writer; a spec changed meanwhile raises."""
+        result = await self.writer.update(service, status)
+        if result.outcome is status_writer.Outcome.STALE:
+            raise RuntimeError("the RayService changed while its status was computed; again")
+
+    async def delete(self, service: Obj, cluster: Obj, why: str) -> None:
+        """Delete ``cluster`` (by uid) in the background; an Event when it was there."""
+        meta = cluster["metadata"]
+        try:
+            await self.client.delete(
+                v1.RAYCLUSTERS, meta["namespace"], meta["name"], uid=meta.get("uid"),
+                propagation_policy="Background",
+            )  # fmt: skip
+        except (errors.NotFound, errors.Conflict):
+            return
+        self.recorder.event(
+            service, "Normal", "DeletedRayCluster", f"Deleted RayCluster {meta['name']}: {why}"
+        )
+
+    async def _cluster(self, service: Obj, op: plan_.ClusterOp) -> None:
+        if isinstance(op, plan_.Delete):
+            await self.delete(service, op.cluster, op.why)
+        elif isinstance(op, plan_.Keep):
+            await self._annotate(
+                plan_.Annotate(op.cluster, {clusters.DELETE_AFTER_ANNOTATION: None})
+            )
+        elif isinstance(op, plan_.UpdateInPlace):
+            await self.client.update(op.desired)
+            name = op.desired["metadata"]["name"]
+            self.recorder.event(
+                service, "Normal", "UpdatedRayCluster", f"Updated RayCluster {name} in place"
+            )
+        else:
+            name = op.desired["metadata"]["name"]
+            try:
+                await self.client.create(
+                    copy.deepcopy(op.desired), namespace=op.desired["metadata"]["namespace"]
+                )
+            except errors.AlreadyExists:
+                return  # the cache had not seen it yet; the watch will bring it
+            self.recorder.event(
+                service, "Normal", "CreatedRayCluster", f"Created RayCluster {name}"
+            )
+
+    async def _submit(self, service: Obj, submit: plan_.Submit) -> plan_.ServeFailed | None:
+        """PUT the config; the failure to raise (after the status is written), if any."""
+        try:
+            await submit.client.put_serve_applications(submit.config)
+        except dashboard.DashboardError as exc:
+            # Serve's refusal may echo values of the config (env_vars...): they reach
+            # neither the status, nor Events, nor logs.
+            said = serveconfig.redact(str(exc), submit.config)
+            # A PUT that timed out may still deploy (Ray starts Serve on the first one,
+            # which takes longer than the timeout): the next pass sees it in
+            # deployed_app_config. Anything else is worth an Event.
+            if not isinstance(exc, dashboard.DashboardTimeout):
+                self.recorder.event(
+                    service, "Warning", "FailedToUpdateServeApplications",
+                    f"RayCluster {submit.cluster}: {said}",
+                )  # fmt: skip
+            refusal = (
+                f"Serve refused the config: {said}"
+                if isinstance(exc, dashboard.DashboardHTTPError)
+                else None
+            )
+            return plan_.ServeFailed(
+                f"cannot submit the Serve config to {submit.cluster}: {said}", refusal=refusal
+            )
+        return None
+
+    async def _annotate(self, annotate: plan_.Annotate) -> None:
+        meta = annotate.cluster["metadata"]
+        await self.client.patch(
+            v1.RAYCLUSTERS, meta["namespace"], meta["name"],
+            {"metadata": {"annotations": dict(annotate.annotations)}},
+        )  # fmt: skip
+
+    async def _relabel(self, relabel: plan_.Relabel) -> None:
+        meta = relabel.pod["metadata"]
+        with contextlib.suppress(errors.NotFound):  # gone since the cache looked
+            await self.client.patch(
+                raycluster.PODS, meta["namespace"], meta["name"],
+                {"metadata": {"labels": {raycluster.SERVE_LABEL: relabel.value}}},
+            )  # fmt: skip
+
+    async def _point(self, point: plan_.Point) -> None:
+        if point.current is None:
+            with contextlib.suppress(errors.AlreadyExists):
+                await self.client.create(point.desired)
+            return
+        await self.client.update(point.desired)

@@ -1,0 +1,229 @@
+"""Observe: everything one RayService pass decides from, read once into a
+:class:`~controllers.rayservice.plan.Snapshot` that nothing changes afterwards.
+
+:func:`observe` reads only the cache (never the API server) and, for the one
+cluster whose Serve applications matter this pass (the *target*:
+:func:`controllers.rayservice.plan.roles` names it, from what the cache holds), the
+Ray dashboard. It writes nothing. What it found is:
+
+- the RayService validated once (:func:`controllers.rayservice.validation.validate`:
+  the typed spec, the parsed Serve config, the initializing timeout; the YAML is
+  parsed off the event loop first, :func:`controllers.ray.serveconfig.parse_off_loop`);
+- the RayClusters it owns (selected by the ``ray.io/originated-from-*`` labels and
+  controlled by it), its head and serve Services, the ready endpoints of the serve
+  service;
+- every RayCluster name in the namespace, only when a new cluster has to be named;
+- for the target, once its head pod (controlled by the cluster, Running and Ready)
+  is there: the dashboard's Serve applications, and the Serve proxy's health when
+  the head pod's ``ray.io/serve`` label may have to change (a
+  :class:`~controllers.rayservice.plan.ServeView`). The dashboard is reached only
+  through what the RayCluster controls: in the ``service`` and ``kubernetes-proxy``
+  modes its head Service must be controlled by the cluster, not an ``ExternalName``,
+  and select the cluster's head pod; otherwise nothing is sent and the view's
+  ``failure`` says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import api.v1 as v1
+from controllers.ray import dashboard, serveconfig
+from controllers.raycluster import interface as raycluster
+from controllers.rayservice import clusters, services, validation
+from controllers.rayservice import plan as plan_
+from runtime import objects
+from runtime.cache import cache as cache_
+from runtime.client import errors
+
+__all__ = ["not_the_head_service", "observe"]
+
+Obj = dict[str, Any]
+
+
+async def observe(
+    service: Obj,
+    *,
+    cache: cache_.Cache,
+    dashboards: dashboard.DashboardFactory,
+    address_mode: dashboard.Mode,
+    cluster_domain: str,
+    now: datetime.datetime,
+) -> plan_.Snapshot:
+    """Read what a pass over ``service`` decides from (see the module docstring);
+    ``now`` only tells whether the pass stops before the clusters (a timeout)."""
+    text = (service.get("spec") or {}).get("serveConfigV2")
+    if isinstance(text, str):
+        await serveconfig.parse_off_loop(text)  # once per text, never on the loop
+    checked = validation.validate(service)
+    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
+    endpoints = services.ready_endpoints(
+        await cache.list(
+            services.ENDPOINT_SLICES,
+            namespace,
+            label_selector=f"{services.SERVICE_NAME_LABEL}={services.serve_service_name(service)}",
+        )
+    )
+    if checked.spec is None:
+        return plan_.Snapshot(service=service, validated=checked, endpoints=endpoints)
+    owned = tuple(
+        sorted(
+            (
+                c
+                for c in await cache.list(
+                    v1.RAYCLUSTERS, namespace, label_selector=clusters.owned_selector(name)
+                )
+                if objects.is_controlled_by(c, service)
+            ),
+            key=lambda c: str(c["metadata"]["name"]),
+        )
+    )
+    snapshot = plan_.Snapshot(
+        service=service,
+        validated=checked,
+        owned=owned,
+        head_svc=await _get(cache, services.SERVICES, namespace, services.head_service_name(name)),
+        serve_svc=await _get(
+            cache, services.SERVICES, namespace, services.serve_service_name(service)
+        ),
+        endpoints=endpoints,
+    )
+    decided = plan_.roles(snapshot, now)
+    if decided is None:  # suspended, timed out, or a Service we do not control
+        return snapshot
+    if decided.need_new and decided.pending is None:
+        snapshot = dataclasses.replace(snapshot, names_in_use=await _names(cache, service))
+    if decided.target is not None and checked.serve_config:
+        view = await _serve_view(
+            cache, dashboards, decided.target, service, address_mode, cluster_domain
+        )
+        snapshot = dataclasses.replace(snapshot, serve=view)
+    return snapshot
+
+
+async def _get(cache: cache_.Cache, resource: Any, namespace: str, name: str) -> Obj | None:
+    try:
+        found: Obj = await cache.get(resource, namespace, name)
+    except errors.NotFound:
+        return None
+    return found
+
+
+async def _names(cache: cache_.Cache, service: Obj) -> dict[str, str | None]:
+    """Every RayCluster name in the namespace: its hash when ``service`` owns it, ``""``
+    when it does not (a copied hash must not make us wait for a foreign cluster)."""
+    found = await cache.list(v1.RAYCLUSTERS, service["metadata"]["namespace"])
+    return {
+        c["metadata"]["name"]: (
+            (c["metadata"].get("annotations") or {}).get(clusters.HASH_ANNOTATION)
+            if objects.is_controlled_by(c, service)
+            else ""
+        )
+        for c in found
+    }
+
+
+async def _head_pod(cache: cache_.Cache, cluster: Mapping[str, Any]) -> Obj | None:
+    """The cluster's one head pod, controlled by it (a look-alike is not the head)."""
+    namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+    found = await cache.list(
+        raycluster.PODS, namespace, label_selector=raycluster.pod_selector(name)
+    )
+    heads = [
+        p
+        for p in found
+        if raycluster.is_head(p)
+        and not p["metadata"].get("deletionTimestamp")
+        and objects.is_controlled_by(p, cluster)
+    ]
+    return heads[0] if len(heads) == 1 else None
+
+
+def not_the_head_service(found: Mapping[str, Any] | None, cluster: Mapping[str, Any]) -> str | None:
+    """Why ``found`` cannot be trusted to lead to ``cluster``'s head; None when it can."""
+    if found is None:
+        return "does not exist"
+    if not objects.is_controlled_by(found, cluster):
+        return "is not controlled by the RayCluster"
+    spec = found.get("spec") or {}
+    if spec.get("type") == "ExternalName" or spec.get("externalName"):
+        return "is an ExternalName alias"
+    selector = spec.get("selector") or {}
+    if (
+        selector.get(raycluster.CLUSTER_LABEL) != cluster["metadata"]["name"]
+        or selector.get(raycluster.NODE_TYPE_LABEL) != "head"
+    ):
+        return "does not select the cluster's head pod"
+    return None
+
+
+async def _serve_view(
+    cache: cache_.Cache,
+    dashboards: dashboard.DashboardFactory,
+    cluster: Mapping[str, Any],
+    service: Mapping[str, Any],
+    mode: dashboard.Mode,
+    cluster_domain: str,
+) -> plan_.ServeView | None:
+    head = await _head_pod(cache, cluster)
+    if head is None or not raycluster.is_running_and_ready(head):
+        return None
+    namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+    head_service = None
+    if mode != "pod-ip":
+        status_head = (cluster.get("status") or {}).get("head") or {}
+        head_service = str(status_head.get("serviceName") or raycluster.head_service_name(name))
+        why = not_the_head_service(
+            await _get(cache, services.SERVICES, namespace, head_service), cluster
+        )
+        if why is not None:
+            failure = plan_.ServeFailed(
+                f"the head Service {head_service} of RayCluster {name} {why}: its dashboard "
+                "is not contacted through it"
+            )
+            return plan_.ServeView(cluster=name, head=head, failure=failure)
+    try:
+        address = dashboard.address(
+            mode,
+            cluster=name,
+            namespace=namespace,
+            head_service=head_service,
+            head_pod_ip=(head.get("status") or {}).get("podIP"),
+            cluster_domain=cluster_domain,
+        )
+    except ValueError:
+        return None  # no IP yet (pod-ip mode)
+    client = dashboards.client_for(address)
+    started = time.monotonic()
+    try:
+        details = await client.get_serve_applications()
+    except dashboard.DashboardError as exc:
+        failure = plan_.ServeFailed(f"cannot read Serve applications of {name}: {exc}")
+        return plan_.ServeView(
+            cluster=name, head=head, failure=failure, spent=time.monotonic() - started
+        )
+    healthy = None
+    if _may_relabel(service, head, details):
+        healthy = await client.serve_proxy_healthy(head)
+    return plan_.ServeView(
+        cluster=name,
+        head=head,
+        client=client,
+        details=details,
+        proxy_healthy=healthy,
+        spent=time.monotonic() - started,
+    )
+
+
+def _may_relabel(service: Mapping[str, Any], head: Obj, details: dashboard.ServeDetails) -> bool:
+    """Whether the head's Serve proxy must be asked: not when the head is excluded
+    from the serve service, nor when Serve reports it HEALTHY and the label says so."""
+    if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
+        return False
+    current = (head["metadata"].get("labels") or {}).get(raycluster.SERVE_LABEL)
+    reported = plan_.proxy_status(details, (head.get("status") or {}).get("podIP"))
+    return not (reported == "HEALTHY" and current == "true")

@@ -1,0 +1,836 @@
+"""Plan: one pure function from a :class:`Snapshot` (what
+:func:`controllers.rayservice.observe.observe` read)
+(and the clock, and what the reconciler remembers) to a :class:`Plan`: every write
+the pass makes, in the order :mod:`controllers.rayservice.act` makes them, the
+status, and when to look again. No client, no cache, no event loop.
+
+The decisions, in order (the first three end the pass early):
+
+1. **invalid** (:attr:`Snapshot.validated` has problems): ``Ready=False``/
+   ``ValidationFailed`` with the reasons, a Warning unless the status already says
+   exactly this, and a :class:`~runtime.reconcile.TerminalError` (no retry until it
+   changes);
+2. **suspend**: every live cluster deleted; ``Suspending`` until none is left, then
+   ``Suspended``. **Timeout**: an ``ray.io/initializing-timeout`` that passed before
+   the service was ever ready deletes its clusters; ``InitializingTimeout`` stays
+   until the spec changes (a Warning the pass it passes);
+3. **foreign Services**: a head or serve Service of our name that we do not control
+   is never touched; ``ServiceNotOwned`` is reported instead;
+4. **clusters** (:func:`roles`): the active cluster (the one the head Service
+   selects) is *kept* when its hash matches, or with ``upgradeStrategy.type: None``;
+   *updated in place* when worker groups were only appended; otherwise a pending
+   cluster is found (kept, or updated in place) or *created*, named after the spec
+   hash (or waited for while its name is still held by one being deleted). A
+   cluster taken back into a role loses its ``delete-after``. Clusters no role
+   claims and no Service selects are *deleted* when due (no ``delete-after``: at
+   once; otherwise when it passes); dropping a pending cluster without one while the
+   active one matches again is a *rollback*;
+5. **Serve** on the target (the pending cluster, else the active one), from what
+   its dashboard said: *submit* the config when the cluster's ``serve-config-hash``
+   differs or Serve runs no application, unless Serve already runs exactly this
+   config (a PUT made before a crash); write the hash annotation after it;
+   *relabel* the head pod's ``ray.io/serve`` when its proxy's health says so;
+6. **traffic**: once the target's applications are all ``RUNNING``, the services
+   are created or *pointed* at it; a switch stamps the old active cluster's
+   ``delete-after`` first. A pass that moved traffic writes no status: the serve
+   endpoints follow within about a second and one write then reports both;
+7. **status** (:func:`controllers.rayservice.status.compute`), and when to look
+   again: the next dashboard poll (2 s while converging, doubling to 10 s while
+   ready and unchanged; never sooner than ``slow_dashboard_factor`` times what the
+   dashboard took), the next ``delete-after``, the initializing deadline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from controllers.ray import dashboard
+from controllers.raycluster import interface as raycluster
+from controllers.rayservice import clusters, services, validation
+from controllers.rayservice import status as status_
+from runtime import clock, equality, objects, reconcile
+
+__all__ = [
+    "ENDPOINTS_GRACE",
+    "Annotate",
+    "ClusterOp",
+    "Create",
+    "Delete",
+    "Event",
+    "Keep",
+    "Memory",
+    "Plan",
+    "Point",
+    "Relabel",
+    "Roles",
+    "ServeFailed",
+    "ServeView",
+    "Settings",
+    "Snapshot",
+    "Submit",
+    "UpdateInPlace",
+    "plan",
+    "proxy_status",
+    "roles",
+]
+
+Obj = dict[str, Any]
+
+ENDPOINTS_GRACE = 3.0
+"""Seconds after traffic moved during which a report waits for the serve endpoints."""
+
+
+# -- what a pass saw -----------------------------------------------------------------------
+
+
+class ServeFailed(Exception):
+    """The dashboard could not be read, or refused the config (retried with backoff)."""
+
+    def __init__(self, message: str, *, refusal: str | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        """Serve's answer when it refused the config (worth showing in the status)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServeView:
+    """What the target cluster's dashboard said this pass, or why it said nothing."""
+
+    cluster: str
+    """The target cluster's name."""
+    head: Obj
+    """Its head pod (controlled by the cluster, Running and Ready)."""
+    client: dashboard.DashboardClient | None = None
+    """Its dashboard; None when it cannot be reached safely (see :attr:`failure`)."""
+    details: dashboard.ServeDetails | None = None
+    """The Serve applications the dashboard reported; None on a failure."""
+    proxy_healthy: bool | None = None
+    """The head's Serve proxy answered ``/-/healthz`` (asked only when the label may
+    change); None when not asked."""
+    failure: ServeFailed | None = None
+    """Why the dashboard was not read (an untrusted head Service, an error)."""
+    spent: float = 0.0
+    """Seconds the dashboard took to answer."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """One RayService and everything around it, as one pass saw it. Read-only."""
+
+    service: Obj
+    """The RayService (the cache's object: never modified)."""
+    validated: validation.Validated
+    """It, validated once."""
+    owned: tuple[Obj, ...] = ()
+    """The RayClusters it controls, those being deleted included, by name."""
+    head_svc: Obj | None = None
+    """``<svc>-head-svc``, if it exists (whoever controls it)."""
+    serve_svc: Obj | None = None
+    """The serve service, if it exists (whoever controls it)."""
+    endpoints: int = 0
+    """Ready endpoints of the serve service."""
+    names_in_use: Mapping[str, str | None] | None = None
+    """Every RayCluster name in the namespace, with its spec hash when this RayService
+    owns it (``""`` when it does not); None when no new cluster is needed."""
+    serve: ServeView | None = None
+    """The target's dashboard, once its head is Running and Ready and there is a Serve
+    config to run; None otherwise."""
+
+
+# -- what a plan holds ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """An Event on the RayService."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Keep:
+    """Remove ``cluster``'s ``delete-after``: it was taken back into a role."""
+
+    cluster: Obj
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateInPlace:
+    """Replace a cluster by ``desired`` (its spec with worker groups appended)."""
+
+    desired: Obj
+
+
+@dataclasses.dataclass(frozen=True)
+class Create:
+    """Create the cluster ``desired``."""
+
+    desired: Obj
+
+
+@dataclasses.dataclass(frozen=True)
+class Delete:
+    """Delete ``cluster`` (its uid as a precondition), saying ``why`` in the Event."""
+
+    cluster: Obj
+    why: str
+
+
+ClusterOp = Keep | UpdateInPlace | Create | Delete
+
+
+@dataclasses.dataclass(frozen=True)
+class Submit:
+    """PUT ``config`` to the dashboard of ``cluster``."""
+
+    cluster: str
+    client: dashboard.DashboardClient
+    config: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Annotate:
+    """Merge ``annotations`` into ``cluster``'s (``None`` removes one)."""
+
+    cluster: Obj
+    annotations: Mapping[str, str | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Relabel:
+    """Set the head pod's ``ray.io/serve`` label to ``value``."""
+
+    pod: Obj
+    value: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """Create ``desired`` (``current`` is None) or update ``current`` to it."""
+
+    current: Obj | None
+    desired: Obj
+
+
+@dataclasses.dataclass(frozen=True)
+class Poll:
+    """The last dashboard poll of a RayService: what the status said, and the interval."""
+
+    fingerprint: Any
+    interval: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """What the reconciler keeps between passes of one RayService (hints only: losing
+    them costs at most a status write or an early poll)."""
+
+    poll: Poll | None = None
+    """The last poll, to double the interval while nothing changes."""
+    moved: datetime.datetime | None = None
+    """When traffic last moved: the report waits for the serve endpoints."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """The reconciler's options a plan depends on."""
+
+    serve_poll_interval: float = 2.0
+    serve_poll_max: float = 10.0
+    slow_dashboard_factor: float = 4.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Every write of one pass, in the order they are made, and what comes after."""
+
+    events: tuple[Event, ...] = ()
+    """Warnings decided from the snapshot (sent first)."""
+    clusters: tuple[ClusterOp, ...] = ()
+    """Cluster writes: the active one's, the pending one's, then deletions."""
+    submit: Submit | None = None
+    """The Serve config to PUT."""
+    serve_annotation: Annotate | None = None
+    """The target's ``serve-config-hash``, after the PUT."""
+    relabel: Relabel | None = None
+    """The head pod's ``ray.io/serve`` label."""
+    delete_after: Annotate | None = None
+    """The old active cluster's ``delete-after``, before traffic leaves it."""
+    points: tuple[Point, ...] = ()
+    """The head Service, then the serve Service, created or pointed at the target."""
+    switched: str | None = None
+    """``SwitchedTraffic``'s message when traffic moves to another cluster."""
+    status: Obj | None = None
+    """The status to hand to the writer; None: no report this pass."""
+    report: status_.Observed | None = None
+    """What :attr:`status` was computed from (for :meth:`refused`)."""
+    target: str | None = None
+    """The cluster Serve runs on this pass."""
+    error: Exception | None = None
+    """Raised once everything else is done (retry with backoff, or never)."""
+    wake: tuple[float, ...] = ()
+    """Seconds until something is due (a ``delete-after``, the initializing deadline)."""
+    poll: float | None = None
+    """Seconds until the next dashboard poll, before the slow-dashboard floor."""
+    slow_dashboard_factor: float = 0.0
+    memory: Memory = Memory()
+    """What to remember for the next pass."""
+    service: Obj = dataclasses.field(default_factory=dict)
+    now: datetime.datetime | None = None
+
+    def requeue_after(self, spent: float) -> float | None:
+        """When to look again, given that the dashboard took ``spent`` seconds."""
+        wake = list(self.wake)
+        if self.poll is not None:
+            wake.append(max(self.poll, spent * self.slow_dashboard_factor))
+        positive = [w for w in wake if w > 0]
+        return min(positive) if positive else None
+
+    def refused(self, serve_error: str | None) -> Obj:
+        """The status to write instead when the PUT failed (Serve's answer, if it
+        refused, in ``Ready``'s message; the target's applications as before)."""
+        assert self.report is not None
+        assert self.now is not None
+        report = self.report
+
+        def unread(cluster: status_.ClusterReport | None) -> status_.ClusterReport | None:
+            if cluster is None or cluster.name != self.target:
+                return cluster
+            return dataclasses.replace(cluster, applications=None)
+
+        observed = dataclasses.replace(
+            report,
+            active=unread(report.active),
+            pending=unread(report.pending),
+            serve_error=serve_error,
+        )
+        return status_.compute(self.service, observed, now=clock.rfc3339(self.now))
+
+
+# -- roles ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Roles:
+    """Which owned cluster does what (see step 4 of the module docstring)."""
+
+    live: tuple[Obj, ...]
+    """Owned clusters not being deleted."""
+    active: Obj | None
+    """The cluster the head Service selects."""
+    active_match: clusters.Match | None
+    pending: Obj | None
+    """An existing cluster for the config, when a new one is needed."""
+    pending_match: clusters.Match | None
+    need_new: bool
+    """The config needs a cluster other than the active one."""
+
+    @property
+    def target(self) -> Obj | None:
+        """Where Serve runs this pass: the pending cluster, else the active one."""
+        return self.pending if self.need_new else self.active
+
+
+@dataclasses.dataclass(frozen=True)
+class _TimedOut:
+    message: str | None
+    """The message when the timeout passed in this pass; None when it passed earlier."""
+
+
+def _foreign(snapshot: Snapshot) -> list[Obj]:
+    return [
+        s
+        for s in (snapshot.head_svc, snapshot.serve_svc)
+        if s is not None and not objects.is_controlled_by(s, snapshot.service)
+    ]
+
+
+def _stops(snapshot: Snapshot, now: datetime.datetime) -> bool:
+    spec = snapshot.validated.spec
+    return (
+        spec is None
+        or bool(spec.suspend)
+        or _timed_out(snapshot, now) is not None
+        or bool(_foreign(snapshot))
+    )
+
+
+def roles(snapshot: Snapshot, now: datetime.datetime) -> Roles | None:
+    """The clusters' roles; None when the pass stops before the clusters (invalid,
+    suspended, timed out, or a Service of our name we do not control)."""
+    if _stops(snapshot, now):
+        return None
+    spec = snapshot.validated.spec
+    assert spec is not None
+    config = (snapshot.service.get("spec") or {}).get("rayClusterConfig") or {}
+    live = tuple(c for c in snapshot.owned if not c["metadata"].get("deletionTimestamp"))
+    selected = (
+        services.selected_cluster(snapshot.head_svc) if snapshot.head_svc is not None else None
+    )
+    active = next((c for c in live if c["metadata"]["name"] == selected), None)
+    active_match = clusters.match(active, config) if active is not None else None
+    need_new = not (
+        active_match is clusters.Match.APPENDED
+        or active_match is clusters.Match.EXACT
+        or (active is not None and _upgrade_type(spec) == "None")
+    )
+    pending = pending_match = None
+    if need_new:
+        candidates = [c for c in live if c is not active]
+        matches = [(c, clusters.match(c, config)) for c in candidates]
+        for wanted in (clusters.Match.EXACT, clusters.Match.APPENDED):
+            found = next((c for c, m in matches if m is wanted), None)
+            if found is not None:
+                pending, pending_match = found, wanted
+                break
+    return Roles(live, active, active_match, pending, pending_match, need_new)
+
+
+def _upgrade_type(spec: Any) -> str:
+    strategy = spec.upgrade_strategy
+    return str((strategy.type if strategy is not None else None) or "NewCluster")
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+
+def plan(
+    snapshot: Snapshot,
+    *,
+    now: datetime.datetime,
+    memory: Memory,
+    settings: Settings,
+) -> Plan:
+    """The pass for ``snapshot`` (see the module docstring)."""
+    service = snapshot.service
+    base = Plan(service=service, now=now, memory=memory)
+    now_text = clock.rfc3339(now)
+    checked = snapshot.validated
+    endpoints = snapshot.endpoints
+
+    def status(observed: status_.Observed) -> Obj:
+        return status_.compute(service, observed, now=now_text)
+
+    if checked.spec is None:
+        message = "; ".join(checked.problems)
+        observed = status_.Observed(
+            num_serve_endpoints=endpoints,
+            problem=status_.Problem(reason="ValidationFailed", message=message),
+        )
+        return dataclasses.replace(
+            base,
+            events=_warn_once(service, "ValidationFailed", "InvalidRayServiceSpec", message),
+            status=status(observed),
+            report=observed,
+            error=reconcile.TerminalError(message),
+            memory=dataclasses.replace(memory, poll=None),
+        )
+    live = tuple(c for c in snapshot.owned if not c["metadata"].get("deletionTimestamp"))
+
+    if checked.spec.suspend:
+        observed = status_.Observed(
+            num_serve_endpoints=endpoints, suspend="suspending" if snapshot.owned else "suspended"
+        )
+        return dataclasses.replace(
+            base,
+            clusters=tuple(Delete(c, "the RayService is suspended") for c in live),
+            status=status(observed),
+            report=observed,
+            memory=dataclasses.replace(memory, poll=None),
+        )
+
+    timed_out = _timed_out(snapshot, now)
+    if timed_out is not None:
+        events: tuple[Event, ...] = ()
+        if timed_out.message is not None:  # it passed in this pass
+            events = (Event("Warning", "RayServiceInitializingTimeout", timed_out.message),)
+        observed = status_.Observed(num_serve_endpoints=endpoints, timed_out=timed_out.message)
+        why = "the RayService did not become ready in time"
+        return dataclasses.replace(
+            base,
+            events=events,
+            clusters=tuple(Delete(c, why) for c in live),
+            status=status(observed),
+            report=observed,
+            memory=dataclasses.replace(memory, poll=None),
+        )
+
+    foreign = _foreign(snapshot)
+    if foreign:
+        message = "; ".join(
+            f"Service {s['metadata']['name']} exists and is not controlled by this RayService"
+            for s in foreign
+        )
+        observed = status_.Observed(
+            num_serve_endpoints=endpoints,
+            problem=status_.Problem(reason="ServiceNotOwned", message=message),
+        )
+        return dataclasses.replace(
+            base,
+            events=_warn_once(service, "ServiceNotOwned", "ServiceNotOwned", message),
+            status=status(observed),
+            report=observed,
+            wake=(settings.serve_poll_max,),
+        )
+
+    decided = roles(snapshot, now)
+    assert decided is not None
+    return _converge(snapshot, decided, base, now, settings)
+
+
+def _converge(
+    snapshot: Snapshot,
+    decided: Roles,
+    base: Plan,
+    now: datetime.datetime,
+    settings: Settings,
+) -> Plan:
+    """Steps 4 to 7 of the module docstring."""
+    service = snapshot.service
+    memory = base.memory
+    config = (service.get("spec") or {}).get("rayClusterConfig") or {}
+    ops: list[ClusterOp] = []
+    events: list[Event] = []
+    wake: list[float] = []
+
+    # 4. clusters
+    active, pending = decided.active, decided.pending
+    if active is not None and decided.active_match is clusters.Match.APPENDED:
+        ops.append(UpdateInPlace(clusters.updated_in_place(active, service)))
+    if active is not None and not decided.need_new and _delete_after_set(active):
+        ops.append(Keep(active))  # a delete-after left by an abandoned switch
+    if decided.need_new:
+        if pending is not None and decided.pending_match is clusters.Match.EXACT:
+            if _delete_after_set(pending):
+                ops.append(Keep(pending))
+        elif pending is not None:
+            ops.append(UpdateInPlace(clusters.updated_in_place(pending, service)))
+        else:
+            pending, created, event = _new_cluster(snapshot, config)
+            if created is not None:
+                ops.append(created)
+            if event is not None:
+                events.append(event)
+            if pending is None:  # its name is still held by a cluster being deleted
+                wake.append(settings.serve_poll_interval)
+    claimed = {c["metadata"]["name"] for c in (active, pending) if c is not None}
+    # Never delete what a service selects, even when the two disagree (a crash between
+    # re-pointing one and the other): traffic may still go there.
+    claimed.update(
+        n
+        for n in (
+            services.selected_cluster(s) for s in (snapshot.head_svc, snapshot.serve_svc) if s
+        )
+        if n
+    )
+    dangling = [c for c in snapshot.owned if c["metadata"]["name"] not in claimed]
+    rolling_back = (
+        active is not None
+        and not decided.need_new
+        and any(not _delete_after_set(c) for c in dangling)
+    )
+    for cluster in dangling:
+        if cluster["metadata"].get("deletionTimestamp"):
+            continue
+        after = _delete_after(cluster, now)
+        if after is None or after <= now:
+            ops.append(Delete(cluster, "no longer serving or being prepared"))
+        else:
+            wake.append((after - now).total_seconds())
+
+    # 5. Serve
+    # A new cluster is needed but cannot be created yet: Serve waits for it (the serving
+    # cluster keeps its config, which belongs with its own image).
+    target = pending if decided.need_new else active
+    target_name = target["metadata"]["name"] if target is not None else None
+    view = snapshot.serve if snapshot.serve is not None else None
+    if view is not None and view.cluster != target_name:
+        view = None
+    serve_config = snapshot.validated.serve_config
+    apps: dict[str, Any] | None = None
+    ready = polled = False
+    failure: Exception | None = None
+    submit: Submit | None = None
+    serve_annotation: Annotate | None = None
+    relabel: Relabel | None = None
+    if target is not None and view is not None and serve_config:
+        if view.failure is not None or view.details is None or view.client is None:
+            failure = view.failure
+        else:
+            details = view.details
+            want = clusters.serve_config_hash(serve_config)
+            have = (target["metadata"].get("annotations") or {}).get(
+                clusters.SERVE_CONFIG_ANNOTATION
+            )
+            if have != want or not details.applications:
+                if not _runs(details, serve_config):
+                    submit = Submit(view.cluster, view.client, serve_config)
+                if have != want:
+                    serve_annotation = Annotate(target, {clusters.SERVE_CONFIG_ANNOTATION: want})
+            relabel = _relabel(service, view)
+            apps = status_.applications(details)
+            ready = (
+                submit is None
+                and bool(apps)
+                and all(
+                    a.get("status") == dashboard.ApplicationStatus.RUNNING for a in apps.values()
+                )
+            )
+            polled = True
+    serving = dataclasses.replace(
+        base,
+        events=tuple(events),
+        clusters=tuple(ops),
+        submit=submit,
+        serve_annotation=serve_annotation,
+        relabel=relabel,
+        target=target_name,
+        slow_dashboard_factor=settings.slow_dashboard_factor,
+    )
+
+    # 6. traffic
+    if ready and target is not None and failure is None:
+        moved = _route(snapshot, target, active, now)
+        if moved.points:
+            # Traffic just moved: the serve service's endpoints follow within about a
+            # second (an EndpointSlice event wakes us). Report the new state once, with
+            # them, rather than now and again then.
+            return dataclasses.replace(
+                serving,
+                delete_after=moved.delete_after,
+                points=moved.points,
+                switched=moved.switched,
+                wake=(ENDPOINTS_GRACE,),
+                memory=Memory(poll=None, moved=now),
+            )
+        serving = dataclasses.replace(serving, delete_after=moved.delete_after)
+
+    # 7. status and when to look again
+    def report(cluster: Obj | None) -> status_.ClusterReport | None:
+        if cluster is None:
+            return None
+        return status_.ClusterReport(
+            name=cluster["metadata"]["name"],
+            cluster_status=cluster.get("status"),
+            applications=apps if cluster is target else None,
+        )
+
+    observed = status_.Observed(
+        active=report(active),
+        pending=report(pending),
+        num_serve_endpoints=snapshot.endpoints,
+        rolling_back=rolling_back,
+        serve_error=getattr(failure, "refusal", None),
+    )
+    serving = dataclasses.replace(serving, report=observed)
+    if memory.moved is not None:
+        waited = (now - memory.moved).total_seconds()
+        if snapshot.endpoints == 0 and waited < ENDPOINTS_GRACE and failure is None:
+            # Woken by our own Service writes, before the EndpointSlice: not yet.
+            return dataclasses.replace(serving, wake=(ENDPOINTS_GRACE - waited,))
+        memory = dataclasses.replace(memory, moved=None)
+    written = status_.compute(service, observed, now=clock.rfc3339(now))
+    poll = None
+    if polled:
+        poll, memory = _next_poll(
+            memory, written, steady=ready and pending is None, settings=settings
+        )
+    deadline = _initializing_deadline(snapshot, written, now)
+    if deadline is not None:
+        wake.append(deadline)
+    return dataclasses.replace(
+        serving,
+        status=written,
+        error=failure,
+        wake=tuple(wake),
+        poll=poll,
+        memory=memory,
+    )
+
+
+def _new_cluster(
+    snapshot: Snapshot, config: Mapping[str, Any]
+) -> tuple[Obj | None, Create | None, Event | None]:
+    """The cluster to create for ``config`` (named after its hash), its creation, and a
+    Warning when a foreign cluster holds the first name; ``(None, None, None)`` while
+    the name is held by one of ours being deleted."""
+    service = snapshot.service
+    existing = snapshot.names_in_use or {}
+    goal = clusters.spec_hash(config)
+    name = clusters.cluster_name(service["metadata"]["name"], goal, existing)
+    if name in existing:
+        return None, None, None  # ours, same hash, being deleted: wait until it is gone
+    first = clusters.cluster_name(service["metadata"]["name"], goal, {})
+    event = None
+    if first != name and existing.get(first) == "":
+        event = Event(
+            "Warning",
+            "RayClusterNameTaken",
+            f"RayCluster {first} exists and is not owned by this RayService; "
+            f"using the name {name} instead",
+        )
+    desired = clusters.desired_cluster(service, name)
+    return desired, Create(desired), event
+
+
+@dataclasses.dataclass(frozen=True)
+class _Routing:
+    delete_after: Annotate | None
+    points: tuple[Point, ...]
+    switched: str | None
+
+
+def _route(snapshot: Snapshot, target: Obj, active: Obj | None, now: datetime.datetime) -> _Routing:
+    """Both services pointed at ``target``; a switch first stamps the old active
+    cluster's ``delete-after`` (absent, or left in the past by an abandoned switch: a
+    fresh delay; one still ahead was written by this switch before a crash: kept)."""
+    service = snapshot.service
+    switching = active is not None and active is not target
+    stamp = switched = None
+    if switching and active is not None:
+        spec = snapshot.validated.spec
+        delay = spec.ray_cluster_deletion_delay_seconds if spec is not None else 60
+        stamped = _delete_after(active, now) if _delete_after_set(active) else None
+        if stamped is None or stamped <= now:
+            after = clock.rfc3339(now + datetime.timedelta(seconds=delay))
+            stamp = Annotate(active, {clusters.DELETE_AFTER_ANNOTATION: after})
+        switched = (
+            f"Traffic moved from RayCluster {active['metadata']['name']} "
+            f"to {target['metadata']['name']}"
+        )
+    points = []
+    for current, desired in (
+        (snapshot.head_svc, services.head_service(service, target)),
+        (snapshot.serve_svc, services.serve_service(service, target)),
+    ):
+        if current is None:
+            points.append(Point(None, desired))
+            continue
+        changed = services.retargeted(current, desired)
+        if changed is not None:
+            points.append(Point(current, changed))
+    return _Routing(stamp, tuple(points), switched)
+
+
+def _relabel(service: Mapping[str, Any], view: ServeView) -> Relabel | None:
+    """The head pod's ``ray.io/serve`` follows its Serve proxy (``false`` when the head
+    is excluded from the serve service); None when it already does."""
+    head = view.head
+    current = (head["metadata"].get("labels") or {}).get(raycluster.SERVE_LABEL)
+    if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
+        want = "false"
+    elif view.proxy_healthy is None:
+        return None  # Serve reports it HEALTHY and the label says so
+    else:
+        want = "true" if view.proxy_healthy else "false"
+    return None if current == want else Relabel(head, want)
+
+
+def _warn_once(
+    service: Mapping[str, Any], condition_reason: str, event_reason: str, message: str
+) -> tuple[Event, ...]:
+    """A Warning, unless the status already reports exactly this (each repeat would be
+    a write: the recorder's count PATCH)."""
+    ready = status_.condition(service.get("status"), status_.READY)
+    generation = int(service["metadata"].get("generation") or 0)
+    if (
+        ready is not None
+        and ready.get("reason") == condition_reason
+        and ready.get("message") == message
+        and int(ready.get("observedGeneration") or 0) == generation
+    ):
+        return ()
+    return (Event("Warning", event_reason, message),)
+
+
+def _timed_out(snapshot: Snapshot, now: datetime.datetime) -> _TimedOut | None:
+    """None: not timed out. Otherwise when (see :class:`_TimedOut`)."""
+    service = snapshot.service
+    ready = status_.condition(service.get("status"), status_.READY)
+    generation = int(service["metadata"].get("generation") or 0)
+    if (
+        ready is not None
+        and ready.get("reason") == "InitializingTimeout"
+        and int(ready.get("observedGeneration") or 0) == generation
+    ):
+        return _TimedOut(None)
+    if snapshot.endpoints > 0:
+        return None
+    timeout = snapshot.validated.initializing_timeout
+    since = clock.parse_rfc3339(status_.initializing_since(service))
+    if timeout is None or since is None:
+        return None
+    spent = (now - since).total_seconds()
+    if spent < timeout:
+        return None
+    return _TimedOut(
+        f"RayService failed to become ready within the configured timeout of {timeout:g}s. "
+        f"Time spent initializing: {spent:.0f}s"
+    )
+
+
+def _initializing_deadline(
+    snapshot: Snapshot, written: Mapping[str, Any], now: datetime.datetime
+) -> float | None:
+    timeout = snapshot.validated.initializing_timeout
+    since = clock.parse_rfc3339(status_.initializing_since({**snapshot.service, "status": written}))
+    if timeout is None or since is None:
+        return None
+    return max(0.05, timeout - (now - since).total_seconds())
+
+
+def _next_poll(
+    memory: Memory, written: Mapping[str, Any], *, steady: bool, settings: Settings
+) -> tuple[float, Memory]:
+    fingerprint = equality.normalize(dict(written), status_.VOLATILE)
+    previous = memory.poll
+    if steady and previous is not None and previous.fingerprint == fingerprint:
+        interval = min(previous.interval * 2, settings.serve_poll_max)
+    else:
+        interval = settings.serve_poll_interval
+    return interval, dataclasses.replace(memory, poll=Poll(fingerprint, interval))
+
+
+def _delete_after_set(cluster: Mapping[str, Any]) -> bool:
+    return clusters.DELETE_AFTER_ANNOTATION in (cluster["metadata"].get("annotations") or {})
+
+
+def _delete_after(cluster: Mapping[str, Any], now: datetime.datetime) -> datetime.datetime | None:
+    """When ``cluster`` is due: its ``delete-after`` (``now`` when garbled), None without one."""
+    annotations = cluster["metadata"].get("annotations") or {}
+    if clusters.DELETE_AFTER_ANNOTATION not in annotations:
+        return None
+    return clock.parse_rfc3339(annotations.get(clusters.DELETE_AFTER_ANNOTATION)) or now
+
+
+def _runs(details: dashboard.ServeDetails, config: Mapping[str, Any]) -> bool:
+    """Whether Serve already runs exactly ``config``'s applications (a PUT made before a
+    crash, whose annotation was never written): the same application names, and every
+    field the config sets equal in what Serve reports as deployed (Serve may add its
+    defaults, such as ``route_prefix: /``)."""
+    wanted = {str(a.get("name") or "default"): a for a in config.get("applications") or ()}
+    deployed: dict[str, Mapping[str, Any]] = {}
+    for name, app in details.applications.items():
+        reported = (app.model_extra or {}).get("deployed_app_config")
+        deployed[name] = reported if isinstance(reported, Mapping) else {}
+    if not wanted or set(wanted) != set(deployed):
+        return False
+    return all(
+        all(deployed[name].get(key) == value for key, value in app.items())
+        for name, app in wanted.items()
+    )
+
+
+def proxy_status(details: dashboard.ServeDetails, ip: str | None) -> str | None:
+    """What Serve reports of the proxy on the node at ``ip`` (``HEALTHY``...), if anything."""
+    proxies = (details.model_extra or {}).get("proxies") or {}
+    for proxy in proxies.values():
+        if isinstance(proxy, Mapping) and ip and proxy.get("node_ip") == ip:
+            value = proxy.get("status")
+            return str(value) if value is not None else None
+    return None
