@@ -8,7 +8,10 @@ predicates; they judge updates only:
   Status-only writes - including our own - do not trigger a reconcile. Beware:
   a status wiped by someone else then does not self-heal until the next event.
 - :func:`resource_version_changed`: anything changed (drops resync no-ops).
-- :func:`label_changed`, :func:`annotation_changed`.
+- :func:`label_changed`, :func:`annotation_changed`;
+- :func:`spec_or_metadata_changed`: any of the three above (what an object's own
+  controller usually wants: not its status writes, not ``resourceVersion`` or
+  ``managedFields`` noise).
 - :func:`and_`, :func:`or_`, :func:`not_` combine them.
 
 >>> from runtime.cache.informer import Event
@@ -37,6 +40,7 @@ __all__ = [
     "not_",
     "or_",
     "resource_version_changed",
+    "spec_or_metadata_changed",
 ]
 
 Predicate = Callable[[informer.Event], bool]
@@ -69,3 +73,6 @@ def or_(*predicates: Predicate) -> Predicate:
 
 def not_(predicate: Predicate) -> Predicate:
     return lambda event: not predicate(event)
+
+
+spec_or_metadata_changed: Predicate = or_(generation_changed, label_changed, annotation_changed)

@@ -27,19 +27,13 @@ from controllers.raycluster import reconciler as reconciler_
 from runtime import builder, predicate
 from runtime import controller as controller_
 
-__all__ = ["CHILD_EVENT_DELAY", "NAME", "RBAC", "setup", "spec_or_metadata_changed"]
+__all__ = ["CHILD_EVENT_DELAY", "NAME", "RBAC", "setup"]
 
 NAME = "raycluster"
 """The controller's name (logs, metrics)."""
 
 RBAC = rbac.RAYCLUSTER
 """The API permissions the reconciler needs."""
-
-spec_or_metadata_changed = predicate.or_(
-    predicate.generation_changed, predicate.label_changed, predicate.annotation_changed
-)
-"""Updates worth a reconcile of the RayCluster itself: not status-only writes (ours),
-not resourceVersion or managedFields noise."""
 
 
 CHILD_EVENT_DELAY = 1.0
@@ -66,7 +60,7 @@ def setup(
     )
     return (
         builder.Builder(manager)
-        .for_(v1.RAYCLUSTERS, predicates=(spec_or_metadata_changed,))
+        .for_(v1.RAYCLUSTERS, predicates=(predicate.spec_or_metadata_changed,))
         .owns(pods.PODS, delay=child_event_delay)
         .owns(services.SERVICES, delay=child_event_delay)
         .with_options(

@@ -34,7 +34,9 @@ __all__ = [
     "ORIGINATED_FROM_NAME_LABEL",
     "PODS",
     "SERVE_LABEL",
+    "SERVE_PORT_NAME",
     "SERVICES",
+    "has_serve_port",
     "head_service",
     "head_service_name",
     "identifier",
@@ -53,6 +55,7 @@ CLUSTER_LABEL = names.CLUSTER_LABEL
 NODE_TYPE_LABEL = names.NODE_TYPE_LABEL
 IDENTIFIER_LABEL = names.IDENTIFIER_LABEL
 SERVE_LABEL = names.SERVE_LABEL
+SERVE_PORT_NAME = names.SERVE_PORT_NAME
 ORIGINATED_FROM_NAME_LABEL = names.ORIGINATED_FROM_NAME_LABEL
 ORIGINATED_FROM_CRD_LABEL = names.ORIGINATED_FROM_CRD_LABEL
 CREATED_BY = names.CREATED_BY
@@ -61,6 +64,7 @@ MAX_CLUSTER_NAME_LENGTH = names.MAX_CLUSTER_NAME_LENGTH
 KUBERAY_VERSION = pods.KUBERAY_VERSION
 
 head_service_name = names.head_service_name
+has_serve_port = names.has_serve_port
 identifier = names.identifier
 problems = validation.problems
 service_template_problems = validation.service_template_problems

@@ -33,6 +33,9 @@ The checks that make a cluster impossible are in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from api import v1
 
 __all__ = [
@@ -59,8 +62,10 @@ __all__ = [
     "REPLICA_INDEX_LABEL",
     "REPLICA_NAME_LABEL",
     "SERVE_LABEL",
+    "SERVE_PORT_NAME",
     "clip",
     "clip_label",
+    "has_serve_port",
     "head_fqdn",
     "head_pod_prefix",
     "head_service_name",
@@ -80,6 +85,8 @@ GROUP_LABEL = "ray.io/group"
 IDENTIFIER_LABEL = "ray.io/identifier"
 IS_RAY_NODE_LABEL = "ray.io/is-ray-node"
 SERVE_LABEL = "ray.io/serve"
+SERVE_PORT_NAME = "serve"
+"""The container port the serve service targets (KubeRay's name)."""
 """On pods of a RayService's cluster: whether the pod takes serve traffic."""
 HEADLESS_SERVICE_LABEL = "ray.io/headless-worker-svc"
 ORIGINATED_FROM_NAME_LABEL = "ray.io/originated-from-cr-name"
@@ -201,3 +208,14 @@ def head_fqdn(cluster: v1.RayCluster, cluster_domain: str = "cluster.local") -> 
 def name_of(cluster: v1.RayCluster) -> str:
     """The cluster's ``metadata.name`` (empty when the object carries none)."""
     return str(cluster.metadata.get("name") or "")
+
+
+def has_serve_port(ports: Any) -> bool:
+    """Whether a list of container or Service ports has one named :data:`SERVE_PORT_NAME`.
+
+    >>> has_serve_port([{"name": "serve", "containerPort": 8000}]), has_serve_port(None)
+    (True, False)
+    """
+    return isinstance(ports, list) and any(
+        isinstance(port, Mapping) and port.get("name") == SERVE_PORT_NAME for port in ports
+    )

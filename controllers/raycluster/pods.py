@@ -94,18 +94,9 @@ from runtime import quantity
 from runtime.client import resources
 
 __all__ = [
-    "CLUSTER_LABEL",
-    "CREATED_BY",
-    "CREATED_BY_LABEL",
-    "GROUP_LABEL",
     "HEAD",
-    "IDENTIFIER_LABEL",
-    "IS_RAY_NODE_LABEL",
     "KUBERAY_VERSION",
-    "NAME_LABEL",
-    "NODE_TYPE_LABEL",
     "PODS",
-    "SERVE_LABEL",
     "WORKER",
     "creator_kind",
     "desired_workers",
@@ -122,15 +113,6 @@ __all__ = [
 PODS = resources.default_registry.for_kind("v1", "Pod")
 """The pods of a cluster, as the client and the cache name them."""
 
-CLUSTER_LABEL = names.CLUSTER_LABEL
-NODE_TYPE_LABEL = names.NODE_TYPE_LABEL
-GROUP_LABEL = names.GROUP_LABEL
-IDENTIFIER_LABEL = names.IDENTIFIER_LABEL
-IS_RAY_NODE_LABEL = names.IS_RAY_NODE_LABEL
-SERVE_LABEL = names.SERVE_LABEL
-NAME_LABEL = names.NAME_LABEL
-CREATED_BY_LABEL = names.CREATED_BY_LABEL
-CREATED_BY = names.CREATED_BY
 
 HEAD = "head"
 """The ``ray.io/node-type`` of the head pod."""
@@ -162,11 +144,11 @@ def selector(cluster_name: str, *, node_type: str | None = None, group: str | No
     >>> selector("demo", group="small")
     'ray.io/cluster=demo,ray.io/group=small'
     """
-    parts = [f"{CLUSTER_LABEL}={cluster_name}"]
+    parts = [f"{names.CLUSTER_LABEL}={cluster_name}"]
     if node_type is not None:
-        parts.append(f"{NODE_TYPE_LABEL}={node_type}")
+        parts.append(f"{names.NODE_TYPE_LABEL}={node_type}")
     if group is not None:
-        parts.append(f"{GROUP_LABEL}={group}")
+        parts.append(f"{names.GROUP_LABEL}={group}")
     return ",".join(parts)
 
 
@@ -176,7 +158,7 @@ def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def node_type_of(pod: Mapping[str, Any]) -> str | None:
     """The pod's ``ray.io/node-type`` (``head``, ``worker``), if any."""
-    value = _labels(pod).get(NODE_TYPE_LABEL)
+    value = _labels(pod).get(names.NODE_TYPE_LABEL)
     return str(value) if value is not None else None
 
 
@@ -187,7 +169,7 @@ def is_head(pod: Mapping[str, Any]) -> bool:
 
 def group_of(pod: Mapping[str, Any]) -> str | None:
     """The pod's ``ray.io/group`` (``headgroup`` for the head)."""
-    value = _labels(pod).get(GROUP_LABEL)
+    value = _labels(pod).get(names.GROUP_LABEL)
     return str(value) if value is not None else None
 
 
@@ -228,7 +210,7 @@ def head_pod(
     cluster: v1.RayCluster,
     *,
     cluster_domain: str = "cluster.local",
-    created_by: str = CREATED_BY,
+    created_by: str = names.CREATED_BY,
 ) -> dict[str, Any]:
     """The head pod KubeRay v1.5.0 would create for ``cluster``.
 
@@ -284,7 +266,7 @@ def worker_pod(
     group: v1.WorkerGroupSpec,
     *,
     cluster_domain: str = "cluster.local",
-    created_by: str = CREATED_BY,
+    created_by: str = names.CREATED_BY,
     replica_name: str | None = None,
     replica_index: int | None = None,
     host_index: int = 0,
@@ -386,15 +368,15 @@ def _pod_labels(
     created_by: str,
 ) -> dict[str, str]:
     labels = {
-        IS_RAY_NODE_LABEL: "yes",
-        CLUSTER_LABEL: cluster_name,
-        NODE_TYPE_LABEL: node_type,
-        GROUP_LABEL: group_name,
-        IDENTIFIER_LABEL: names.identifier(cluster_name, node_type),
-        NAME_LABEL: names.APP_NAME,
-        CREATED_BY_LABEL: created_by,
+        names.IS_RAY_NODE_LABEL: "yes",
+        names.CLUSTER_LABEL: cluster_name,
+        names.NODE_TYPE_LABEL: node_type,
+        names.GROUP_LABEL: group_name,
+        names.IDENTIFIER_LABEL: names.identifier(cluster_name, node_type),
+        names.NAME_LABEL: names.APP_NAME,
+        names.CREATED_BY_LABEL: created_by,
     }
-    fixed = (NODE_TYPE_LABEL, GROUP_LABEL, CLUSTER_LABEL)
+    fixed = (names.NODE_TYPE_LABEL, names.GROUP_LABEL, names.CLUSTER_LABEL)
     overrides = {**(meta.get("labels") or {}), **(group_labels or {})}
     labels.update({k: v for k, v in overrides.items() if k not in fixed})
     return labels
@@ -545,7 +527,7 @@ def _finish(
     creator = creator_kind(cluster)
     labels = pod["metadata"]["labels"]
     if creator == "RayService":
-        labels[SERVE_LABEL] = "false" if node_type == HEAD else "true"
+        labels[names.SERVE_LABEL] = "false" if node_type == HEAD else "true"
     spec = pod["spec"]
     containers = spec["containers"]
     ray = containers[_RAY]
@@ -624,9 +606,9 @@ def _ray_env(
             {"name": "RAY_IP", "value": fqdn.split(".")[0]},
         ]
     env += [
-        _field_env("RAY_CLUSTER_NAME", f"metadata.labels['{CLUSTER_LABEL}']"),
+        _field_env("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
         _field_env("RAY_CLOUD_INSTANCE_ID", "metadata.name"),
-        _field_env("RAY_NODE_TYPE_NAME", f"metadata.labels['{GROUP_LABEL}']"),
+        _field_env("RAY_NODE_TYPE_NAME", f"metadata.labels['{names.GROUP_LABEL}']"),
         _env_var("KUBERAY_GEN_RAY_START_CMD", start),
     ]
     if not _has_env(ray, "RAY_PORT"):
@@ -675,7 +657,7 @@ def _probes(ray: dict[str, Any], node_type: str, creator: str) -> None:
 
 def _serve_port(ray: Mapping[str, Any]) -> int:
     for port in ray.get("ports") or []:
-        if isinstance(port, Mapping) and port.get("name") == "serve":
+        if isinstance(port, Mapping) and port.get("name") == names.SERVE_PORT_NAME:
             return int(port.get("containerPort") or 0)
     return _SERVE_PORT
 

@@ -84,7 +84,7 @@ class Options:
         default_factory=lambda: os.environ.get("CLUSTER_DOMAIN") or "cluster.local"
     )
     """The DNS domain in worker addresses. Default ``$CLUSTER_DOMAIN``, else ``cluster.local``."""
-    created_by: str = pods.CREATED_BY
+    created_by: str = names.CREATED_BY
     """The ``app.kubernetes.io/created-by`` label value. Default ``rayservice-operator``."""
     random_pod_delete: bool = dataclasses.field(
         default_factory=lambda: _env_flag("ENABLE_RANDOM_POD_DELETE")

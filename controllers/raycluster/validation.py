@@ -301,7 +301,7 @@ def _has_serve_port(head_containers: list[Any]) -> bool:
     if not head_containers or not isinstance(head_containers[0], Mapping):
         return True
     ports = head_containers[0].get("ports") or []
-    return not ports or any(isinstance(p, Mapping) and p.get("name") == "serve" for p in ports)
+    return not ports or names.has_serve_port(ports)
 
 
 def _autoscaler_problems(cluster: v1.RayCluster, head_env: dict[str, Any]) -> list[str]:

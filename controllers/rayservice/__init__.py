@@ -39,10 +39,6 @@ NAME = "rayservice"
 RBAC = rbac.RAYSERVICE
 """The API permissions the reconciler needs."""
 
-_spec_or_metadata_changed = predicate.or_(
-    predicate.generation_changed, predicate.label_changed, predicate.annotation_changed
-)
-
 
 def serve_endpoint_owner(obj: dict[str, Any]) -> Iterator[reconcile.Request]:
     """The RayService whose Service an EndpointSlice belongs to, from the labels the
@@ -91,7 +87,7 @@ def setup(
     )
     return (
         builder.Builder(manager)
-        .for_(v1.RAYSERVICES, predicates=(_spec_or_metadata_changed,))
+        .for_(v1.RAYSERVICES, predicates=(predicate.spec_or_metadata_changed,))
         .owns(v1.RAYCLUSTERS)
         .owns(services.SERVICES)
         .watches(services.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))

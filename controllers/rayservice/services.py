@@ -75,7 +75,6 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 """The label naming an EndpointSlice's Service."""
 HEAD_SUFFIX = "-head-svc"
 SERVE_SUFFIX = "-serve-svc"
-_SERVE_PORT = "serve"
 _ALLOCATED = ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "healthCheckNodePort")
 """Spec fields the API server allocated; kept when a Service is pointed elsewhere."""
 
@@ -173,7 +172,7 @@ def serve_service(service: Mapping[str, Any], cluster: Mapping[str, Any]) -> Obj
             ports = [
                 {"name": port["name"], "port": port.get("port")}
                 for port in body.get("ports") or []
-                if isinstance(port, Mapping) and port.get("name") == _SERVE_PORT
+                if isinstance(port, Mapping) and port.get("name") == raycluster.SERVE_PORT_NAME
             ][:1]
         body["ports"] = ports
         metadata["labels"] = {**(metadata.get("labels") or {}), **labels}

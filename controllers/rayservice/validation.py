@@ -299,20 +299,14 @@ def _head_container(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _has_serve_port(ports: Any) -> bool:
-    return isinstance(ports, list) and any(
-        isinstance(port, Mapping) and port.get("name") == "serve" for port in ports
-    )
-
-
 def _serve_port_problems(spec: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
     head = _head_container(config)
     ports = head.get("ports") if head is not None else None
-    if not ports or _has_serve_port(ports):
+    if not ports or raycluster.has_serve_port(ports):
         return []  # no ports: KubeRay's defaults, which include serve 8000
     template = spec.get("serveService")
     if isinstance(template, Mapping):
-        if _has_serve_port((template.get("spec") or {}).get("ports")):
+        if raycluster.has_serve_port((template.get("spec") or {}).get("ports")):
             return []
         return [
             "spec.rayClusterConfig.headGroupSpec.template: the head container lists ports but "

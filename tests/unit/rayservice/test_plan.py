@@ -1,0 +1,404 @@
+"""controllers.rayservice.plan: every decision of a pass, from a hand-built snapshot.
+
+No client, no cache, no event loop: each case builds the objects a pass would have
+read (a RayService, its clusters and Services, what the target's dashboard said)
+and checks the writes the plan lists, in order, and its status and requeue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from controllers.ray import dashboard
+from controllers.rayservice import clusters, plan, services, validation
+from runtime import reconcile
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+SETTINGS = plan.Settings()
+SERVE_CONFIG = "applications:\n  - name: fruit\n    import_path: fruit:app\n"
+CONFIG = {"applications": [{"name": "fruit", "import_path": "fruit:app"}]}
+
+
+def config(version: str = "2.60.0", groups: int = 1) -> dict[str, Any]:
+    def template(name: str) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": name, "image": f"rayproject/ray:{version}"}]}}
+
+    return {
+        "rayVersion": version,
+        "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
+        "workerGroupSpecs": [
+            {"groupName": f"g{i}", "replicas": 1, "rayStartParams": {},
+             "template": template("ray-worker")}
+            for i in range(groups)
+        ],
+    }  # fmt: skip
+
+
+def service(**spec: Any) -> dict[str, Any]:
+    body = {"serveConfigV2": SERVE_CONFIG, "rayClusterConfig": config(),
+            "rayClusterDeletionDelaySeconds": 30, **spec}  # fmt: skip
+    return {
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": "demo", "namespace": "ns", "uid": "svc-uid", "generation": 1,
+                     "annotations": {}},
+        "spec": body,
+    }  # fmt: skip
+
+
+def cluster(
+    svc: dict[str, Any],
+    cluster_config: dict[str, Any],
+    *,
+    name: str | None = None,
+    annotations: dict[str, str] | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    """A cluster as ``svc`` would have created it for ``cluster_config``."""
+    owner = {**svc, "spec": {**svc["spec"], "rayClusterConfig": cluster_config}}
+    goal = clusters.spec_hash(cluster_config)
+    made = clusters.desired_cluster(owner, name or clusters.cluster_name("demo", goal, {}))
+    made["metadata"]["uid"] = f"uid-{made['metadata']['name']}"
+    made["metadata"]["annotations"].update(annotations or {})
+    if deleting:
+        made["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return made
+
+
+def head_pod(of: dict[str, Any], *, serve: str = "true") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{of['metadata']['name']}-head-x", "namespace": "ns",
+                     "labels": {"ray.io/serve": serve}},
+        "status": {"podIP": "198.18.0.4"},
+    }  # fmt: skip
+
+
+def details(status: str = "RUNNING", deployed: bool = True) -> dashboard.ServeDetails:
+    app: dict[str, Any] = {"status": status, "route_prefix": "/", "deployments": {}}
+    if deployed:
+        app["deployed_app_config"] = CONFIG["applications"][0]
+    return dashboard.ServeDetails.model_validate({
+        "applications": {"fruit": app},
+        "proxies": {"n": {"node_ip": "198.18.0.4", "status": "HEALTHY"}},
+    })  # fmt: skip
+
+
+class NoCalls:
+    """A dashboard client a plan may name but never call."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"a plan called the dashboard: {name}")
+
+
+def view(
+    of: dict[str, Any], answer: dashboard.ServeDetails | None = None, **kw: Any
+) -> plan.ServeView:
+    return plan.ServeView(
+        cluster=of["metadata"]["name"],
+        head=kw.pop("head", None) or head_pod(of),
+        client=NoCalls(),  # type: ignore[arg-type]
+        details=answer if answer is not None else details(),
+        **kw,
+    )
+
+
+def snapshot(
+    svc: dict[str, Any],
+    owned: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    *,
+    active: dict[str, Any] | None = None,
+    serve: plan.ServeView | None = None,
+    endpoints: int = 0,
+    names: dict[str, str | None] | None = None,
+) -> plan.Snapshot:
+    head = services.head_service(svc, active) if active is not None else None
+    serve_svc = services.serve_service(svc, active) if active is not None else None
+    return plan.Snapshot(
+        service=svc,
+        validated=validation.validate(svc),
+        owned=tuple(owned),
+        head_svc=head,
+        serve_svc=serve_svc,
+        endpoints=endpoints,
+        names_in_use=names,
+        serve=serve,
+    )
+
+
+def make(snap: plan.Snapshot, memory: plan.Memory | None = None) -> plan.Plan:
+    return plan.plan(snap, now=NOW, memory=memory or plan.Memory(), settings=SETTINGS)
+
+
+def ops(decided: plan.Plan) -> list[tuple[str, str]]:
+    """The cluster writes as ``(operation, cluster name)``."""
+    out = []
+    for op in decided.clusters:
+        target = op.cluster if isinstance(op, plan.Keep | plan.Delete) else op.desired
+        out.append((type(op).__name__, target["metadata"]["name"]))
+    return out
+
+
+def ready(decided: plan.Plan) -> dict[str, Any]:
+    assert decided.status is not None
+    return next(c for c in decided.status["conditions"] if c["type"] == "Ready")
+
+
+OLD, NEW = config("2.60.0"), config("2.61.0")
+SVC = service()
+SVC_NEW = service(rayClusterConfig=NEW)
+A = cluster(SVC, OLD, annotations={clusters.SERVE_CONFIG_ANNOTATION:
+                                   clusters.serve_config_hash(CONFIG)})  # fmt: skip
+B = cluster(SVC_NEW, NEW)
+B_NAME, A_NAME = B["metadata"]["name"], A["metadata"]["name"]
+
+
+@dataclasses.dataclass
+class Case:
+    snap: Callable[[], plan.Snapshot]
+    ops: list[tuple[str, str]]
+    check: Callable[[plan.Plan], object] = lambda p: True
+    memory: plan.Memory | None = None
+
+
+def _no_serve(p: plan.Plan) -> bool:
+    return p.submit is None and p.points == ()
+
+
+CASES = {
+    "create: no cluster yet, one named after the hash": Case(
+        lambda: snapshot(SVC, names={}),
+        [("Create", A_NAME)],
+        lambda p: all((_no_serve(p), p.status is not None)),
+    ),
+    "keep: the active cluster matches, nothing to write": Case(
+        lambda: snapshot(SVC, [A], active=A, serve=view(A), endpoints=1),
+        [],
+        lambda p: all((_no_serve(p), p.relabel is None, ready(p)["status"] == "True")),
+    ),
+    "keep: a delete-after left on the active cluster is removed": Case(
+        lambda: snapshot(
+            SVC,
+            [
+                cluster(
+                    SVC, OLD, annotations={clusters.DELETE_AFTER_ANNOTATION: "2026-01-01T00:00:30Z"}
+                )
+            ],
+            active=A,
+            endpoints=1,
+        ),
+        [("Keep", A_NAME)],
+    ),
+    "update in place: worker groups only appended": Case(
+        lambda: snapshot(service(rayClusterConfig=config(groups=2)), [A], active=A, endpoints=1),
+        [("UpdateInPlace", A_NAME)],
+    ),
+    "upgrade: a new config makes a pending cluster, the active one serves on": Case(
+        lambda: snapshot(SVC_NEW, [A], active=A, names={A_NAME: "x"}, endpoints=1),
+        [("Create", B_NAME)],
+        lambda p: p.points == (),
+    ),
+    "replace pending: the spec moved on, the old pending cluster goes": Case(
+        lambda: snapshot(
+            service(rayClusterConfig=config("2.62.0")),
+            [A, B],
+            active=A,
+            names={A_NAME: "x", B_NAME: "y"},
+            endpoints=1,
+        ),
+        [("Create", cluster(SVC, config("2.62.0"))["metadata"]["name"]), ("Delete", B_NAME)],
+    ),
+    "rollback: the spec returned to the active one's": Case(
+        lambda: snapshot(SVC, [A, B], active=A, serve=view(A), endpoints=1),
+        [("Delete", B_NAME)],
+        lambda p: any(
+            c["type"] == "RollbackInProgress" and c["status"] == "True"
+            for c in p.status["conditions"]
+        ),  # type: ignore[index]
+    ),
+    "suspend: every live cluster deleted, Suspending": Case(
+        lambda: snapshot(service(suspend=True), [A, cluster(SVC_NEW, NEW, deleting=True)]),
+        [("Delete", A_NAME)],
+        lambda p: any(c["type"] == "Suspending" for c in p.status["conditions"]),  # type: ignore[index]
+    ),
+    "timeout: passed before ready, clusters deleted, a Warning": Case(
+        lambda: snapshot(
+            _initializing(service(), since="2025-12-31T23:00:00Z", timeout="30m"), [A]
+        ),
+        [("Delete", A_NAME)],
+        lambda p: (
+            p.events[0].reason == "RayServiceInitializingTimeout"
+            and ready(p)["reason"] == "InitializingTimeout"
+        ),
+    ),
+    "delete when due: an old cluster's delete-after passed": Case(
+        lambda: snapshot(
+            SVC_NEW,
+            [
+                B,
+                cluster(
+                    SVC, OLD, annotations={clusters.DELETE_AFTER_ANNOTATION: "2025-12-31T23:59:00Z"}
+                ),
+            ],
+            active=B,
+            serve=view(B),
+            endpoints=1,
+        ),
+        [("Delete", A_NAME)],
+    ),
+    "not yet due: an old cluster waits for its delete-after": Case(
+        lambda: snapshot(
+            SVC_NEW,
+            [
+                B,
+                cluster(
+                    SVC, OLD, annotations={clusters.DELETE_AFTER_ANNOTATION: "2026-01-01T00:00:20Z"}
+                ),
+            ],
+            active=B,
+            serve=view(B),
+            endpoints=1,
+        ),
+        [],
+        lambda p: 20.0 in p.wake,
+    ),
+    "switch traffic: the pending cluster runs, delete-after first, then the Services": Case(
+        lambda: snapshot(SVC_NEW, [A, B], active=A, serve=view(B, details()), endpoints=1),
+        [],
+        lambda p: (
+            p.delete_after is not None
+            and p.delete_after.annotations
+            == {clusters.DELETE_AFTER_ANNOTATION: "2026-01-01T00:00:30Z"}
+            and [pt.desired["spec"]["selector"]["ray.io/cluster"] for pt in p.points]
+            == [B_NAME, B_NAME]
+            and p.status is None
+            and p.memory.moved == NOW
+            and p.requeue_after(0.0) == plan.ENDPOINTS_GRACE
+        ),
+    ),
+    "submit: the target's serve-config-hash differs": Case(
+        lambda: snapshot(
+            SVC_NEW, [A, B], active=A, serve=view(B, details(deployed=False)), endpoints=1
+        ),
+        [],
+        lambda p: (
+            p.submit is not None
+            and p.submit.cluster == B_NAME
+            and p.serve_annotation is not None
+            and p.points == ()
+        ),
+    ),
+    "no second PUT: Serve already runs the config, only the annotation is written": Case(
+        lambda: snapshot(SVC_NEW, [A, B], active=A, serve=view(B, details()), endpoints=1),
+        [],
+        lambda p: p.submit is None and p.serve_annotation is not None,
+    ),
+    "relabel: the head's proxy is unhealthy": Case(
+        lambda: snapshot(SVC, [A], active=A, serve=view(A, proxy_healthy=False), endpoints=1),
+        [],
+        lambda p: p.relabel is not None and p.relabel.value == "false",
+    ),
+    "relabel: an excluded head is labelled not serving": Case(
+        lambda: snapshot(
+            service(excludeHeadPodFromServeSvc=True), [A], active=A, serve=view(A), endpoints=1
+        ),
+        [],
+        lambda p: p.relabel is not None and p.relabel.value == "false",
+    ),
+    "wait: the new cluster's name is held by one of ours being deleted": Case(
+        lambda: snapshot(
+            SVC_NEW,
+            [A, cluster(SVC_NEW, NEW, deleting=True)],
+            active=A,
+            names={A_NAME: "x", B_NAME: clusters.spec_hash(NEW)},
+            endpoints=1,
+        ),
+        [],
+        lambda p: SETTINGS.serve_poll_interval in p.wake,
+    ),
+}
+
+
+def _initializing(svc: dict[str, Any], *, since: str, timeout: str) -> dict[str, Any]:
+    svc["metadata"]["annotations"][validation.INITIALIZING_TIMEOUT_ANNOTATION] = timeout
+    svc["status"] = {"conditions": [{
+        "type": "Ready", "status": "False", "reason": "Initializing", "message": "",
+        "lastTransitionTime": since, "observedGeneration": 1}]}  # fmt: skip
+    return svc
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_decision(name: str) -> None:
+    case = CASES[name]
+    decided = make(case.snap(), case.memory)
+    assert ops(decided) == case.ops
+    checked = case.check(decided)
+    assert all(checked) if isinstance(checked, tuple) else checked
+
+
+def test_an_invalid_service_is_a_terminal_error_with_one_warning() -> None:
+    svc = service(upgradeStrategy={"type": "Sideways"})
+    decided = make(snapshot(svc))
+    assert isinstance(decided.error, reconcile.TerminalError)
+    assert [e.reason for e in decided.events] == ["InvalidRayServiceSpec"]
+    assert ready(decided)["reason"] == "ValidationFailed"
+    svc["status"] = decided.status  # the next pass sees it reported: no second Warning
+    assert make(snapshot(svc)).events == ()
+
+
+def test_a_service_we_do_not_control_is_reported_and_never_touched() -> None:
+    snap = snapshot(SVC, [A], active=A, endpoints=1)
+    foreign = dict(snap.head_svc or {}, metadata={"name": "demo-head-svc", "namespace": "ns"})
+    decided = make(dataclasses.replace(snap, head_svc=foreign))
+    assert (decided.clusters, decided.points) == ((), ())
+    assert ready(decided)["reason"] == "ServiceNotOwned"
+    assert decided.requeue_after(0.0) == SETTINGS.serve_poll_max
+
+
+def test_a_ready_unchanged_service_polls_less_often_up_to_the_ceiling() -> None:
+    snap = snapshot(SVC, [A], active=A, serve=view(A), endpoints=1)
+    memory, intervals = plan.Memory(), []
+    for _ in range(5):
+        decided = make(dataclasses.replace(snap, service={**SVC, "status": None}), memory)
+        intervals.append(decided.poll)
+        memory = decided.memory
+    assert intervals == [2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_a_slow_dashboard_is_polled_no_sooner_than_the_factor_times_its_answer() -> None:
+    decided = make(snapshot(SVC, [A], active=A, serve=view(A), endpoints=1))
+    assert decided.requeue_after(0.01) == SETTINGS.serve_poll_interval
+    assert decided.requeue_after(1.5) == pytest.approx(1.5 * SETTINGS.slow_dashboard_factor)
+
+
+def test_after_traffic_moved_the_report_waits_for_the_endpoints() -> None:
+    snap = snapshot(SVC_NEW, [B], active=B, serve=view(B), endpoints=0)
+    held = make(snap, plan.Memory(moved=NOW - datetime.timedelta(seconds=1)))
+    assert held.status is None
+    assert held.requeue_after(0.0) == pytest.approx(plan.ENDPOINTS_GRACE - 1)
+    shown = make(dataclasses.replace(snap, endpoints=1), held.memory)
+    assert shown.status is not None
+    assert shown.memory.moved is None
+
+
+def test_a_refused_put_reports_serves_answer_without_the_unread_applications() -> None:
+    fresh = cluster(SVC, OLD)  # no serve-config-hash yet: the first PUT
+    decided = make(snapshot(SVC, [fresh], serve=view(fresh, details(deployed=False))))
+    assert decided.submit is not None
+    assert ready(decided)["message"] == "RayService is initializing"
+    status = decided.refused("Serve refused the config: import_path required")
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
+    assert message == "RayService is initializing; Serve refused the config: import_path required"
+    assert "applicationStatuses" not in (status.get("pendingServiceStatus") or {})
+
+
+def test_a_dashboard_that_failed_is_raised_after_the_status() -> None:
+    failure = plan.ServeFailed("cannot read Serve applications of x: refused")
+    failed = plan.ServeView(cluster=A_NAME, head=head_pod(A), failure=failure)
+    decided = make(snapshot(SVC, [A], active=A, serve=failed, endpoints=1))
+    assert decided.error is failure
+    assert decided.status is not None
+    assert decided.poll is None
