@@ -111,7 +111,7 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 	$(PY) hack/bench/workqueue.py
 	$(PY) hack/bench/cache.py
 	$(PY) hack/bench/raycluster.py --clusters $${BENCH_CLUSTERS:-200}
-	$(PY) hack/bench/raysim.py
+	$(PY) hack/bench/simulator.py
 
 MANAGER_FLAGS ?= --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
 
@@ -133,7 +133,7 @@ run: $(STAMP) ## Run the operator: against $KUBECONFIG if set, else a local cont
 	fi; \
 	ns=$$(sed -n 's/^netns=//p' $(CLUSTER_DIR)/state 2>/dev/null | head -n 1); \
 	if [ -n "$$ns" ]; then \
-		$(PY) -m hack.raysim --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig --netns "$$ns" \
+		$(PY) -m tests.support.raysim --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig --netns "$$ns" \
 			> $(CLUSTER_DIR)/raysim.log 2>&1 & sim=$$!; \
 		echo "Ray simulator answering for head pods at their IPs (log: $(CLUSTER_DIR)/raysim.log)"; \
 	fi; \

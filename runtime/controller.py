@@ -162,6 +162,7 @@ class Controller:
         )
         self._sources: list[source_.Source] = []
         self._started = False
+        self._running = asyncio.Event()
 
     def watch(self, *sources: source_.Source) -> Controller:
         """Add sources; they are started by :meth:`start`. Returns ``self``."""
@@ -193,4 +194,12 @@ class Controller:
             reconcile_timeout=options.reconcile_timeout,
             cache_sync_timeout=options.cache_sync_timeout,
             graceful_shutdown_timeout=options.graceful_shutdown_timeout,
+            running=self._running,
         ).run(stop)
+
+    async def wait_idle(self) -> None:
+        """Return once the workers run (sources started, caches synced) and every request
+        queued so far has been reconciled; requests waiting for a delay or a backoff do
+        not count. What tests await instead of letting the event loop spin."""
+        await self._running.wait()
+        await self.queue.wait_idle()

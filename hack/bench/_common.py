@@ -1,13 +1,28 @@
-"""What the benchmarks in ``hack/bench/`` share: where the control-plane binaries are."""
+"""What the benchmarks in ``hack/bench/`` share: where the control-plane binaries are, an
+operator as a child process (:class:`Manager`: ``/readyz``, ``/metrics``, CPU and peak
+RSS), and reading a Prometheus text exposition.
+
+**CPU**, in every benchmark and both README tables, is
+:meth:`runtime.testing.process.ChildProcess.cpu_seconds`: user + system seconds of the
+operator's process and of the children it waited for, over its whole life.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import pathlib
+import re
 import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
 
-from runtime.testing import controlplane
+from runtime.testing import controlplane, process
 
-__all__ = ["ROOT", "bin_dir"]
+__all__ = ["ROOT", "BenchError", "Child", "Manager", "bin_dir", "parse_metrics"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -23,3 +38,105 @@ def bin_dir(given: pathlib.Path | None = None) -> pathlib.Path:
         [str(ROOT / "hack/controlplane/build.sh")], capture_output=True, text=True, check=True
     )
     return pathlib.Path(done.stdout.strip().splitlines()[-1])
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not finish; the message says why."""
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples of a Prometheus text exposition: ``(name, labels, value)``.
+
+    >>> parse_metrics('# HELP x y\\nrest_client_requests_total{code="201",method="POST"} 3.0')
+    [('rest_client_requests_total', {'code': '201', 'method': 'POST'}, 3.0)]
+    """
+    samples = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None or line.startswith("#"):
+            continue
+        name, labels, value = match.groups()
+        samples.append((name, dict(_LABEL.findall(labels or "")), float(value)))
+    return samples
+
+
+class Child(process.ChildProcess):
+    """A child process whose exit is a :class:`BenchError`."""
+
+    def check_alive(self) -> None:
+        try:
+            super().check_alive()
+        except process.ChildExited as exc:
+            raise BenchError(str(exc)) from None
+
+
+class Manager(Child):
+    """An operator as a child process serving ``/readyz`` on ``probe_port`` and
+    ``/metrics`` on ``metrics_port``; :meth:`ours` starts ``rayservice-manager``."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        log_path: pathlib.Path,
+        metrics_port: int,
+        probe_port: int,
+        name: str = "the manager",
+        cwd: pathlib.Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.metrics_port, self.probe_port = metrics_port, probe_port
+        super().__init__(command, log_path=log_path, name=name, cwd=cwd or ROOT, env=env)
+
+    @classmethod
+    def ours(cls, kubeconfig: pathlib.Path, workdir: pathlib.Path, args: list[str]) -> Manager:
+        """``rayservice-manager`` against ``kubeconfig`` with ``args``."""
+        metrics_port, probe_port = controlplane.free_ports(2)
+        script = pathlib.Path(sys.executable).with_name("rayservice-manager")
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "controllers.main"]
+        command += [
+            "--kubeconfig", str(kubeconfig),
+            "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
+            "--health-probe-bind-address", f"127.0.0.1:{probe_port}",
+            *args,
+        ]  # fmt: skip
+        return cls(
+            command,
+            log_path=workdir / "manager.log",
+            metrics_port=metrics_port,
+            probe_port=probe_port,
+        )
+
+    def _get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                return int(answer.status), answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+    async def wait_ready(self, within: float) -> float:
+        """Seconds until ``/readyz`` answers 200; :class:`BenchError` after ``within``."""
+        started = time.monotonic()
+        last = ""
+        while time.monotonic() - started < within:
+            self.check_alive()
+            with contextlib.suppress(OSError):
+                status, last = await asyncio.to_thread(self._get, self.probe_port, "/readyz")
+                if status == 200:
+                    return time.monotonic() - started
+            await asyncio.sleep(0.2)
+        raise BenchError(
+            f"{self.name}'s /readyz not ok within {within} s ({last!r}):\n{self.tail()}"
+        )
+
+    def metrics(self) -> list[tuple[str, dict[str, str], float]]:
+        """Its ``/metrics``, parsed (:func:`parse_metrics`)."""
+        self.check_alive()
+        status, text = self._get(self.metrics_port, "/metrics")
+        if status != 200:
+            raise BenchError(f"{self.name}'s /metrics answered {status}")
+        return parse_metrics(text)

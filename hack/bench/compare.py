@@ -60,7 +60,9 @@ simulator counts what the heads got.
   window (dashboard, Serve proxy and agent ports) per minute per service;
   ``serve_puts``: Serve config PUTs over the run;
 - ``time_to_ready_s``, ``time_to_upgraded_s`` (``rayservice.py``'s); ``peak_rss_mib``
-  (``VmHWM``) and ``cpu_s`` (user + system) of the operator process, read before it stops.
+  (``VmHWM``) and ``cpu_s`` (user + system, its waited-for children included:
+  :meth:`runtime.testing.process.ChildProcess.cpu_seconds`) of the operator process, read
+  before it stops.
 
 ``detail`` holds the breakdowns by ``verb resource[/subresource]``: the steady window's
 requests (all clients, from the metric) and by client (audit), the writes per phase (all
@@ -102,10 +104,10 @@ import rayservice as rayservice_bench  # noqa: E402  # hack/bench/rayservice.py:
 import structlog  # noqa: E402
 
 import api.v1 as v1  # noqa: E402
-from hack import raysim  # noqa: E402
 from runtime.client import client as client_  # noqa: E402
 from runtime.client import errors  # noqa: E402
 from runtime.testing import controlplane  # noqa: E402
+from tests.support import raysim  # noqa: E402
 
 __all__ = ["main"]
 
@@ -169,40 +171,40 @@ def rayjob_crd() -> pathlib.Path:
     return pathlib.Path(crds) / "ray.io_rayjobs.yaml"
 
 
-class KubeRay(raycluster_bench.Manager):
-    """KubeRay's operator as a child process; the rest (``/readyz``, ``/metrics``, RSS, CPU,
-    stop) is :class:`raycluster_bench.Manager`'s."""
-
-    def __init__(
-        self, binary: pathlib.Path, kubeconfig: pathlib.Path, workdir: pathlib.Path
-    ) -> None:
-        self.metrics_port, self.probe_port = controlplane.free_ports(2)
-        self.log_path = workdir / "kuberay.log"
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": os.environ.get("HOME", "/root"),
-            "CLUSTER_DOMAIN": "cluster.local",
-        }
-        command = [
-            str(binary), "--kubeconfig", str(kubeconfig), "--enable-leader-election=false",
-            "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
-            "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
-            "--use-kubernetes-proxy",
-        ]  # fmt: skip
-        with open(self.log_path, "wb") as out:
-            self.popen = subprocess.Popen(
-                command, cwd=workdir, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                preexec_fn=raycluster_bench._die_with_parent,
-            )  # fmt: skip
+def kuberay(
+    binary: pathlib.Path, kubeconfig: pathlib.Path, workdir: pathlib.Path
+) -> _common.Manager:
+    """KubeRay's operator as a child process (``/readyz``, ``/metrics``, RSS, CPU, stop:
+    :class:`_common.Manager`'s), in ``kubernetes-proxy`` mode, without leader election."""
+    metrics_port, probe_port = controlplane.free_ports(2)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/root"),
+        "CLUSTER_DOMAIN": "cluster.local",
+    }
+    command = [
+        str(binary), "--kubeconfig", str(kubeconfig), "--enable-leader-election=false",
+        "--metrics-addr", f"127.0.0.1:{metrics_port}",
+        "--health-probe-bind-address", f"127.0.0.1:{probe_port}",
+        "--use-kubernetes-proxy",
+    ]  # fmt: skip
+    return _common.Manager(
+        command,
+        log_path=workdir / "kuberay.log",
+        metrics_port=metrics_port,
+        probe_port=probe_port,
+        name="KubeRay",
+        cwd=workdir,
+        env=env,
+    )
 
 
 def start_operator(
     operator: str, kubeconfig: pathlib.Path, work: pathlib.Path, args: argparse.Namespace
-) -> raycluster_bench.Manager:
+) -> _common.Manager:
     if operator == "kuberay":
-        return KubeRay(args.kuberay_bin, kubeconfig, work)
-    return raycluster_bench.Manager(kubeconfig, work, [
+        return kuberay(args.kuberay_bin, kubeconfig, work)
+    return _common.Manager.ours(kubeconfig, work, [
         "--use-kubernetes-proxy", "--log-level", args.manager_log_level, "--log-format", "json",
     ])  # fmt: skip
 
@@ -368,8 +370,8 @@ async def run_one(args: argparse.Namespace, operator: str, result: dict[str, Any
                 log(f"{operator}: ready in {result['operator_ready_s']} s "
                     f"(pid {process.popen.pid})")  # fmt: skip
                 await scenario(args, operator, cp, sim, process, namespaces, result, windows)
-                result["peak_rss_mib"] = round(process.rss_hwm_mib(), 1)
-                result["cpu_s"] = round(process.cpu_s(), 2)
+                result["peak_rss_mib"] = round(process.memory_mib(), 1)
+                result["cpu_s"] = round(process.cpu_seconds(), 2)
             except BaseException:
                 log(f"{operator}: last lines of its log:\n{process.tail(20)}")
                 raise
@@ -391,7 +393,7 @@ async def scenario(
     operator: str,
     cp: controlplane.ControlPlane,
     sim: raysim.Simulator,
-    process: raycluster_bench.Manager,
+    process: _common.Manager,
     namespaces: list[str],
     result: dict[str, Any],
     windows: dict[str, tuple[datetime.datetime, datetime.datetime]],

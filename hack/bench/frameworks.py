@@ -68,7 +68,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import datetime
 import functools
@@ -77,7 +76,6 @@ import logging
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -117,8 +115,7 @@ AUDIT_POLICY = {
 }
 
 
-class BenchError(RuntimeError):
-    """The benchmark could not finish; the message says why."""
+BenchError = _common.BenchError
 
 
 def log(message: str) -> None:
@@ -262,12 +259,6 @@ async def bounded(jobs: list[Callable[[], Awaitable[Any]]], concurrency: int) ->
 # -- the operator process --------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """In the operator's process before exec: SIGKILL when the bench dies (Linux)."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 @dataclasses.dataclass(frozen=True)
 class Framework:
     """How to start one framework's operator and how to recognise its requests."""
@@ -341,55 +332,15 @@ def kopf_venv(given: pathlib.Path | None) -> pathlib.Path:
     return pathlib.Path(done.stdout.strip().splitlines()[-1])
 
 
-class Operator:
+def start(spec: Framework, workdir: pathlib.Path) -> _common.Child:
     """One framework's operator as a child process, with its resource use."""
-
-    def __init__(self, spec: Framework, workdir: pathlib.Path) -> None:
-        self.spec = spec
-        self.log_path = workdir / f"{spec.name}.log"
-        env = {**os.environ, **spec.env}
-        with open(self.log_path, "wb") as out:
-            self.popen = subprocess.Popen(
-                spec.command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
-                env=env,
-            )  # fmt: skip
-
-    def tail(self, lines: int = 20) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def check_alive(self) -> None:
-        if self.popen.poll() is not None:
-            raise BenchError(
-                f"the {self.spec.name} operator exited with code {self.popen.returncode}; "
-                f"last lines of its log ({self.log_path}):\n{self.tail()}"
-            )
-
-    def memory_mib(self, field: str = "VmHWM") -> float:
-        """``field`` of ``/proc/<pid>/status`` (``VmHWM``: peak RSS; ``VmRSS``: now)."""
-        for line in pathlib.Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) / 1024
-        raise BenchError(f"no {field} in /proc/<pid>/status")
-
-    def cpu_s(self) -> float:
-        stat = pathlib.Path(f"/proc/{self.popen.pid}/stat").read_text()
-        fields = stat.rpartition(")")[2].split()
-        # stat(5) fields 14-17 (utime, stime, cutime, cstime); the text after ")" is field 3 on.
-        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> float:
-        """SIGTERM (then SIGKILL); seconds it took to exit."""
-        started = time.monotonic()
-        for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 5.0)):
-            if self.popen.poll() is not None:
-                break
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(wait)
-        return time.monotonic() - started
+    return _common.Child(
+        spec.command,
+        log_path=workdir / f"{spec.name}.log",
+        name=f"the {spec.name} operator",
+        cwd=ROOT,
+        env={**os.environ, **spec.env},
+    )
 
 
 # -- counting --------------------------------------------------------------------------------
@@ -573,7 +524,7 @@ async def measure(
     window_start = time.time()
     before = cp.request_counts()
     result["operator"] = {"version": spec.version, "command": spec.command}
-    operator = Operator(spec, work)
+    operator = start(spec, work)
     log(f"{name}: operator started (pid {operator.popen.pid}): {' '.join(spec.command)}")
     try:
         # 1. The canary: the operator is up and watching.
@@ -583,7 +534,7 @@ async def measure(
         await client.create(widget(CANARY, canary_spec))
         await tracker.wait(args.startup_timeout, "the canary", operator.check_alive)
         result["startup_s"] = round(time.monotonic() - started, 2)
-        result["cpu_startup_s"] = round(operator.cpu_s(), 2)
+        result["cpu_startup_s"] = round(operator.cpu_seconds(), 2)
         result["rss_startup_mib"] = round(operator.memory_mib("VmRSS"), 1)
         log(f"{name}: canary converged {result['startup_s']} s after the operator started")
 
@@ -620,7 +571,7 @@ async def measure(
             f"{result['converge_s']} s after the last update")  # fmt: skip
 
         # 4. Resource use, read while it still runs.
-        result["cpu_s"] = round(operator.cpu_s(), 2)
+        result["cpu_s"] = round(operator.cpu_seconds(), 2)
         result["peak_rss_mib"] = round(operator.memory_mib("VmHWM"), 1)
     finally:
         result["stop_s"] = round(operator.stop(), 2)

@@ -37,7 +37,8 @@ Where the numbers come from:
   ``steady_apiserver_manager_writes_per_min`` and ``steady_status_writes``: the
   apiserver's view of the same window.
 - ``manager_rss_mib``: the manager's peak RSS (``VmHWM`` in ``/proc/<pid>/status``);
-  ``manager_cpu_s``: its user + system CPU seconds (``/proc/<pid>/stat``), both read at
+  ``manager_cpu_s``: its user + system CPU seconds, children included
+  (:meth:`runtime.testing.process.ChildProcess.cpu_seconds`), both read at
   the end, before it is stopped.
 - ``conflicts``: 409 answers the manager got from creation to all-ready;
   ``reconciles``, ``status_writes_skipped``, ``manager_events_written`` and
@@ -59,7 +60,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import datetime
 import json
@@ -67,16 +67,11 @@ import logging
 import math
 import os
 import pathlib
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -115,8 +110,7 @@ Counts = dict[tuple[str, str, str], float]
 """``apiserver_request_total`` summed by (verb, resource, subresource)."""
 
 
-class BenchError(RuntimeError):
-    """The benchmark could not finish; the message says why."""
+BenchError = _common.BenchError
 
 
 def log(message: str) -> None:
@@ -200,120 +194,14 @@ class Snapshot:
         return sum(n for m, n in self.manager_requests().items() if m != "WATCH")
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Samples of a Prometheus text exposition: ``(name, labels, value)``.
-
-    >>> parse_metrics('# HELP x y\\nrest_client_requests_total{code="201",method="POST"} 3.0')
-    [('rest_client_requests_total', {'code': '201', 'method': 'POST'}, 3.0)]
-    """
-    samples = []
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match is None or line.startswith("#"):
-            continue
-        name, labels, value = match.groups()
-        samples.append((name, dict(_LABEL.findall(labels or "")), float(value)))
-    return samples
-
-
-def _die_with_parent() -> None:
-    """In the manager's process before exec: get SIGKILL when the benchmark dies (Linux),
-    so a killed benchmark leaves no manager behind."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class Manager:
-    """``rayservice-manager`` as a child process, with its metrics and resource use."""
-
-    def __init__(self, kubeconfig: pathlib.Path, workdir: pathlib.Path, args: list[str]) -> None:
-        self.metrics_port, self.probe_port = controlplane.free_ports(2)
-        self.log_path = workdir / "manager.log"
-        script = pathlib.Path(sys.executable).with_name("rayservice-manager")
-        command = [str(script)] if script.exists() else [sys.executable, "-m", "controllers.main"]
-        command += [
-            "--kubeconfig", str(kubeconfig),
-            "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
-            "--health-probe-bind-address", f"127.0.0.1:{self.probe_port}",
-            *args,
-        ]  # fmt: skip
-        with open(self.log_path, "wb") as out:
-            self.popen = subprocess.Popen(
-                command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
-            )  # fmt: skip
-
-    def tail(self, lines: int = 30) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def check_alive(self) -> None:
-        if self.popen.poll() is not None:
-            raise BenchError(
-                f"the manager exited with code {self.popen.returncode}; last lines of its "
-                f"log ({self.log_path}):\n{self.tail()}"
-            )
-
-    def _get(self, port: int, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-                return int(answer.status), answer.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode(errors="replace")
-
-    async def wait_ready(self, within: float) -> float:
-        started = time.monotonic()
-        last = ""
-        while time.monotonic() - started < within:
-            self.check_alive()
-            with contextlib.suppress(OSError):
-                status, last = await asyncio.to_thread(self._get, self.probe_port, "/readyz")
-                if status == 200:
-                    return time.monotonic() - started
-            await asyncio.sleep(0.2)
-        raise BenchError(f"the manager's /readyz not ok within {within} s ({last!r}):\n"
-                         f"{self.tail()}")  # fmt: skip
-
-    def metrics(self) -> list[tuple[str, dict[str, str], float]]:
-        self.check_alive()
-        status, text = self._get(self.metrics_port, "/metrics")
-        if status != 200:
-            raise BenchError(f"the manager's /metrics answered {status}")
-        return parse_metrics(text)
-
-    def snapshot(self, cp: controlplane.ControlPlane) -> Snapshot:
-        """The apiserver's counts and the manager's metrics, read now."""
-        api = cp.request_counts()
-        samples: dict[Sample, float] = {}
-        for name, labels, value in self.metrics():
-            key = (name, tuple(sorted(labels.items())))
-            samples[key] = samples.get(key, 0.0) + value
-        return Snapshot(api, samples)
-
-    def rss_hwm_mib(self) -> float:
-        for line in pathlib.Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        raise BenchError("no VmHWM in /proc/<pid>/status")
-
-    def cpu_s(self) -> float:
-        stat = pathlib.Path(f"/proc/{self.popen.pid}/stat").read_text()
-        fields = stat.rpartition(")")[2].split()
-        # Fields 14 and 15 of stat(5) (utime, stime); the text after ")" starts at field 3.
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 5.0)):
-            if self.popen.poll() is not None:
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(wait)
+def snapshot(manager: _common.Manager, cp: controlplane.ControlPlane) -> Snapshot:
+    """The apiserver's counts and the manager's metrics, read now."""
+    api = cp.request_counts()
+    samples: dict[Sample, float] = {}
+    for name, labels, value in manager.metrics():
+        key = (name, tuple(sorted(labels.items())))
+        samples[key] = samples.get(key, 0.0) + value
+    return Snapshot(api, samples)
 
 
 # -- the clusters --------------------------------------------------------------------------
@@ -344,7 +232,7 @@ def raycluster(name: str, namespace: str, workers: int) -> dict[str, Any]:
 
 
 async def wait_all_ready(
-    client: client_.Client, manager: Manager, count: int, within: float, started: float
+    client: client_.Client, manager: _common.Manager, count: int, within: float, started: float
 ) -> float:
     """Seconds from ``started`` until every cluster is ready; :class:`BenchError` if not."""
     last_report = 0.0
@@ -443,14 +331,14 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     await asyncio.sleep(0.1)
         log(f"control plane up with {nodes} kwok nodes in {time.monotonic() - t0:.1f} s")
 
-        manager = Manager(cp.kubeconfig, work, manager_args)
+        manager = _common.Manager.ours(cp.kubeconfig, work, manager_args)
         try:
             result["manager_ready_s"] = round(await manager.wait_ready(60), 2)
             log(f"manager ready in {result['manager_ready_s']} s (pid {manager.popen.pid})")
             client = await client_.Client.from_kubeconfig(cp.kubeconfig)
             v1.add_to_registry(client.registry)
             async with client:
-                before = manager.snapshot(cp)
+                before = snapshot(manager, cp)
                 started, started_wall = time.monotonic(), time.time()
                 await asyncio.gather(*(
                     client.create(raycluster(f"bench-{i}", namespaces[i % len(namespaces)],
@@ -461,7 +349,7 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                 log(f"created {count} RayClusters in {result['create_s']} s")
                 ready_s = await wait_all_ready(client, manager, count, args.ready_timeout,
                                                started)  # fmt: skip
-                at_ready = manager.snapshot(cp)
+                at_ready = snapshot(manager, cp)
                 result["time_to_all_ready_s"] = round(ready_s, 2)
                 log(f"all {count} ready in {ready_s:.1f} s; steady for {args.steady_seconds} s")
                 result.update(await pod_timeline(client, started_wall))
@@ -488,7 +376,7 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
 
                 # The steady window: nothing changes, nobody polls.
                 await asyncio.sleep(args.steady_seconds)
-                steady = manager.snapshot(cp) - at_ready
+                steady = snapshot(manager, cp) - at_ready
                 minutes = args.steady_seconds / 60
                 result.update(
                     steady_writes_per_min=round(steady.manager_writes() / minutes, 3),
@@ -499,8 +387,8 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     steady_status_writes=int(steady.status_writes()),
                     steady_reconciles=int(steady.total("controller_runtime_reconcile_total")),
                 )  # fmt: skip
-                result["manager_rss_mib"] = round(manager.rss_hwm_mib(), 1)
-                result["manager_cpu_s"] = round(manager.cpu_s(), 2)
+                result["manager_rss_mib"] = round(manager.memory_mib(), 1)
+                result["manager_cpu_s"] = round(manager.cpu_seconds(), 2)
         finally:
             manager.stop()
     result["total_s"] = round(time.monotonic() - t0, 1)

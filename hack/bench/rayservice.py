@@ -6,7 +6,7 @@ and the Ray heads see of one operator process running RayServices.
 Starts etcd + kube-apiserver + kube-controller-manager (EndpointSlices, garbage
 collection) + kube-scheduler + kwok with the pod network
 (``runtime.testing.controlplane``, binaries from ``hack/controlplane/build.sh``; needs
-root), the Ray simulator (``hack.raysim``: something answers at every head pod's IP the
+root), the Ray simulator (``tests.support.raysim``: something answers at every head pod's IP the
 way a Ray head does; ``--deploy-delay`` seconds from a Serve PUT to ``RUNNING``),
 installs ``config/crd/bases``, starts the manager as its own process
 (``rayservice-manager --kubeconfig ... --dashboard-address-mode <mode> --metrics-bind-address
@@ -110,10 +110,10 @@ import raycluster as raycluster_bench  # noqa: E402  # hack/bench/raycluster.py:
 import structlog  # noqa: E402
 
 import api.v1 as v1  # noqa: E402
-from hack import raysim  # noqa: E402
 from runtime.client import client as client_  # noqa: E402
 from runtime.client import errors, resources  # noqa: E402
 from runtime.testing import controlplane  # noqa: E402
+from tests.support import raysim  # noqa: E402
 
 CRD_DIR = ROOT / "config/crd/bases"
 PODS = resources.default_registry.for_kind("v1", "Pod")
@@ -158,8 +158,7 @@ Counts = dict[tuple[str, str, str, str], float]
 """``apiserver_request_total`` by (verb, resource, subresource, code)."""
 
 
-class BenchError(RuntimeError):
-    """The benchmark could not finish; the message says why."""
+BenchError = _common.BenchError
 
 
 def log(message: str) -> None:
@@ -172,7 +171,7 @@ def log(message: str) -> None:
 def api_counts(cp: controlplane.ControlPlane) -> Counts:
     """``apiserver_request_total`` summed by (verb, resource, subresource, code)."""
     counts: Counts = {}
-    for name, labels, value in raycluster_bench.parse_metrics(cp.metrics()):
+    for name, labels, value in _common.parse_metrics(cp.metrics()):
         if name != "apiserver_request_total":
             continue
         key = (labels.get("verb", ""), labels.get("resource", ""),
@@ -272,7 +271,7 @@ def active(obj: Mapping[str, Any]) -> str:
 
 async def wait_until(
     client: client_.Client,
-    manager: raycluster_bench.Manager,
+    manager: _common.Manager,
     count: int,
     within: float,
     started: float,
@@ -439,7 +438,7 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     await asyncio.sleep(0.1)
         log(f"control plane and simulator up in {time.monotonic() - t0:.1f} s")
 
-        manager = raycluster_bench.Manager(cp.kubeconfig, work, manager_args)
+        manager = _common.Manager.ours(cp.kubeconfig, work, manager_args)
         try:
             result["manager_ready_s"] = round(await manager.wait_ready(60), 2)
             log(f"manager ready in {result['manager_ready_s']} s (pid {manager.popen.pid})")
@@ -560,8 +559,8 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     "init": writes_by_kind(init), "unhealthy": writes_by_kind(unhealthy),
                     "upgrade": writes_by_kind(upgrade),
                 }  # fmt: skip
-                result["manager_rss_mib"] = round(manager.rss_hwm_mib(), 1)
-                result["manager_cpu_s"] = round(manager.cpu_s(), 2)
+                result["manager_rss_mib"] = round(manager.memory_mib(), 1)
+                result["manager_cpu_s"] = round(manager.cpu_seconds(), 2)
         finally:
             manager.stop()
     result["total_s"] = round(time.monotonic() - t0, 1)

@@ -61,7 +61,7 @@ LABELS = {
     "time_to_ready_s": "time to all Ready (s)",
     "time_to_upgraded_s": "time to all upgraded (s)",
     "peak_rss_mib": "peak RSS (MiB)",
-    "cpu_s": "CPU (s)",
+    "cpu_s": "CPU (s), operator process + its children",
     "converge_s": "converge after the last update (s)",
     "api_requests": "API requests",
 }

@@ -102,8 +102,11 @@ class Engine:
         reconcile_timeout: float | None,
         cache_sync_timeout: float,
         graceful_shutdown_timeout: float,
+        running: asyncio.Event | None = None,
     ) -> None:
         self.name = name
+        self.running = running
+        """Set once the workers run (sources started, caches synced)."""
         self.reconciler = reconciler
         self.queue = queue
         self.sources = list(sources)
@@ -168,6 +171,8 @@ class Engine:
             else None
         )
         self.log.info("starting workers", worker_count=self.workers)
+        if self.running is not None:
+            self.running.set()
         try:
             await aio.wait_first(stop, tasks=tasks)
             ended = [task for task in tasks if task.done()]

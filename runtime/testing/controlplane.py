@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import dataclasses
 import fcntl
 import http.client
@@ -62,6 +61,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
+
+from runtime.testing import process
 
 __all__ = [
     "ApiError",
@@ -166,15 +167,6 @@ class Options:
     """Appended to kube-apiserver's command line. Default none."""
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILL if the harness process dies (Linux)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class _Process:
     """One component: its own process group, its output in a log file."""
 
@@ -199,7 +191,7 @@ class _Process:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=process.die_with_parent,
                 env=dict(env) if env is not None else None,
             )
 

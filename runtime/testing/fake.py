@@ -226,6 +226,7 @@ class FakeClient:
         self._history: list[tuple[int, resources.Resource, _Change]] = []
         self._compacted = 0
         self._watchers: list[tuple[resources.Resource, str | None, asyncio.Queue[_Change]]] = []
+        self._watch_waiters: list[asyncio.Future[None]] = []
         self._write_observers: list[Callable[[Obj], None]] = []
         self._delete_observers: list[
             Callable[[resources.Resource, str | None, str, Any], None]
@@ -451,34 +452,46 @@ class FakeClient:
                     queue.put_nowait(copy.deepcopy(change))
         entry = (resource, namespace, queue)
         self._watchers.append(entry)
+        for waiter in self._watch_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._watch_waiters.clear()
         try:
             async with asyncio.timeout(timeout_seconds):
                 while True:
                     kind, obj, old = await queue.get()
-                    if kind == "ERROR":
-                        raise errors.from_status(obj.get("code", 500), obj)
-                    if kind == "BOOKMARK":
-                        if allow_bookmarks:
-                            yield {"type": kind, "object": obj}
-                        continue
-                    meta = obj["metadata"]
-                    if namespace and resource.namespaced and meta.get("namespace") != namespace:
-                        continue
-                    matches = selector.matches(meta.get("labels"))
-                    if kind == "MODIFIED" and old is not None:
-                        matched = selector.matches(old["metadata"].get("labels"))
-                        if matched and not matches:  # it left: DELETED, as it was before
-                            old["metadata"]["resourceVersion"] = meta["resourceVersion"]
-                            kind, obj, matches = "DELETED", old, True
-                        elif matches and not matched:
-                            kind = "ADDED"
-                    if not matches:
-                        continue
-                    yield {"type": kind, "object": obj}
+                    # Done once the reader asks for the next event (or leaves): by then
+                    # it has handled this one (see delivered()).
+                    try:
+                        if kind == "ERROR":
+                            raise errors.from_status(obj.get("code", 500), obj)
+                        if kind == "BOOKMARK":
+                            if allow_bookmarks:
+                                yield {"type": kind, "object": obj}
+                            continue
+                        meta = obj["metadata"]
+                        if namespace and resource.namespaced and meta.get("namespace") != namespace:
+                            continue
+                        matches = selector.matches(meta.get("labels"))
+                        if kind == "MODIFIED" and old is not None:
+                            matched = selector.matches(old["metadata"].get("labels"))
+                            if matched and not matches:  # it left: DELETED, as it was before
+                                old["metadata"]["resourceVersion"] = meta["resourceVersion"]
+                                kind, obj, matches = "DELETED", old, True
+                            elif matches and not matched:
+                                kind = "ADDED"
+                        if not matches:
+                            continue
+                        yield {"type": kind, "object": obj}
+                    finally:
+                        queue.task_done()
         except TimeoutError:
             return
         finally:
             self._watchers.remove(entry)
+            while not queue.empty():  # never to be read: not pending for delivered()
+                queue.get_nowait()
+                queue.task_done()
 
     # -- test controls -------------------------------------------------------------------------
 
@@ -489,6 +502,21 @@ class FakeClient:
             if key not in self._objects:
                 self._insert(_NAMESPACES, key, {"apiVersion": "v1", "kind": "Namespace",
                                                 "metadata": {"name": name}})  # fmt: skip
+
+    async def delivered(self) -> None:
+        """Return once every open watch has handed out every event so far and its reader
+        has asked for the next one: whatever reads the watches (an informer, a cache)
+        has handled every change made until now. Watches opened later do not count."""
+        await asyncio.gather(*(queue.join() for _, _, queue in list(self._watchers)))
+
+    async def watched(self, resource: resources.Resource, count: int = 1) -> None:
+        """Return once ``count`` watches of ``resource`` are open and everything so far is
+        :meth:`delivered` (a reflector started in a task has listed and is watching)."""
+        while sum(1 for res, _, _ in self._watchers if res == resource) < count:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._watch_waiters.append(waiter)
+            await waiter
+        await self.delivered()
 
     def bookmark(self) -> None:
         """Send every watcher a BOOKMARK at the current resourceVersion."""

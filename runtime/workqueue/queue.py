@@ -19,6 +19,9 @@ Rules, which are the contract:
 4. After shutdown, adds are ignored. Waiting for the keys being processed to be
    done is the caller's business (a controller waits for its workers).
 
+:meth:`Queue.wait_idle` waits until nothing is queued and nothing is being processed
+(tests await it instead of letting the loop spin: "every event so far is handled").
+
 Every key that :meth:`Queue.get` returns must be passed to :meth:`Queue.done`,
 also when processing fails. The queue belongs to one event loop and is not
 thread-safe. Keys must be hashable; :class:`runtime.reconcile.Request` is the
@@ -75,6 +78,7 @@ class Queue(Generic[T]):
         # Key -> when it was handed out (0.0 for an unnamed queue): the processing set.
         self._processing: dict[T, float] = {}
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._idle_waiters: list[asyncio.Future[None]] = []
         self._shutting_down = False
         # Metrics keep their timestamps beside the keys, so timing costs no extra lookups:
         # when each queued key was added (in step with _queue), and adds of keys that
@@ -96,6 +100,11 @@ class Queue(Generic[T]):
     def processing(self) -> int:
         """Number of keys handed out and not yet done."""
         return len(self._processing)
+
+    @property
+    def getters(self) -> int:
+        """Number of :meth:`get` calls waiting for a key."""
+        return sum(1 for waiter in self._waiters if not waiter.done())
 
     def processing_since(self) -> list[float]:
         """When each key now being processed was handed out (named queues only)."""
@@ -157,6 +166,24 @@ class Queue(Generic[T]):
             self._queue.append(item)
             if self._waiters:
                 self._wake_one()
+        elif self._idle_waiters and self.idle:
+            for waiter in self._idle_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._idle_waiters.clear()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing being processed (keys waiting for a delay do not count)."""
+        return not self._queue and not self._processing
+
+    async def wait_idle(self) -> None:
+        """Return once the queue is :attr:`idle`: every key added so far has been handed
+        out and done. Keys that are queued then need a worker, or this waits forever."""
+        while not self.idle:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(waiter)
+            await waiter
 
     def shutdown(self) -> None:
         """Ignore further adds; wake every waiting :meth:`get` (they raise once empty)."""

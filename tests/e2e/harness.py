@@ -42,10 +42,10 @@ import aiohttp
 import yaml
 
 import api.v1 as v1
-from hack import raysim
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import controlplane
+from tests.support import raysim
 
 __all__ = ["Failure", "Manager", "Traffic", "World", "until"]
 

@@ -36,11 +36,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hack import realray
 from runtime.client import client as client_
 from runtime.client import errors
 from tests.e2e import harness, rayservices
 from tests.e2e.conftest import Managers
+from tests.support import realray
 
 Obj = dict[str, Any]
 APPS = pathlib.Path(__file__).parent / "testdata" / "realray_apps"

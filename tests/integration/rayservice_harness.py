@@ -37,12 +37,12 @@ import api.v1 as v1
 from controllers import raycluster, rayservice
 from controllers.ray import dashboard
 from controllers.rayservice import reconciler as reconciler_
-from hack import raysim
 from runtime import manager as manager_
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import controlplane
 from tests.integration import helpers
+from tests.support import raysim
 
 Obj = dict[str, Any]
 

@@ -16,12 +16,12 @@ import pytest
 
 import api.v1 as v1
 from controllers.ray import dashboard
-from hack import raysim
 from runtime.client import client as client_
 from runtime.client import errors
 from runtime.testing import controlplane
 from tests.integration import helpers
 from tests.integration import rayservice_harness as h
+from tests.support import raysim
 
 ROOT = pathlib.Path(__file__).parents[2]
 CRD_DIR = ROOT / "config/crd/bases"

@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import api.v1 as v1
-from hack import raysim
 from runtime.client import client as client_
 from runtime.client import errors
 from runtime.testing import controlplane
 from tests.integration import rayservice_harness as h
+from tests.support import raysim
 
 ROOT = pathlib.Path(__file__).parents[2]
 VICTIM = "victim-head-svc.tenant-b.svc.cluster.local"

@@ -1,4 +1,4 @@
-"""hack/raysim: the Ray simulator answers at kwok head pods' IPs, through the pod network
+"""tests/support/raysim: the Ray simulator answers at kwok head pods' IPs, through the pod network
 and through the API server's pod proxy; an IP stops answering when its pod goes away."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hack import raysim
 from runtime.testing import controlplane
 from tests.integration import helpers
+from tests.support import raysim
 
 HEAD_LABELS = {"ray.io/node-type": "head", "ray.io/is-ray-node": "yes"}
 
@@ -229,7 +229,13 @@ def test_it_refuses_to_start_unless_the_pod_cidr_routes_into_the_namespace(
     network = control_plane.pod_network
     assert network is not None
     assert control_plane.kubeconfig is not None
-    base = [sys.executable, "-m", "hack.raysim", "--kubeconfig", str(control_plane.kubeconfig)]
+    base = [
+        sys.executable,
+        "-m",
+        "tests.support.raysim",
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+    ]
     for extra, why in (
         (["--netns", "rso-00000000"], "does not exist"),
         (

@@ -31,12 +31,12 @@ import pytest
 import api.v1 as v1
 from controllers import raycluster
 from controllers.ray import dashboard, serveconfig
-from hack import realray
-from hack.realray import podspec
 from runtime import manager as manager_
 from runtime.client import client as client_
 from runtime.testing import controlplane
 from tests.integration import helpers
+from tests.support import realray
+from tests.support.realray import podspec
 
 ROOT = pathlib.Path(__file__).parents[2]
 APPS = pathlib.Path(__file__).parent / "testdata" / "realray_apps"

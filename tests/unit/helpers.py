@@ -18,13 +18,10 @@ from runtime.client import client as client_
 
 T = TypeVar("T")
 ROOT = pathlib.Path(__file__).parents[2]
+"""The repository."""
+TESTDATA = ROOT / "tests" / "unit" / "testdata"
+"""Recorded answers of KubeRay and Ray that several unit tests read."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-async def settle(rounds: int = 20) -> None:
-    """Give every ready task a chance to run (no real time passes)."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
 
 
 async def eventually(
@@ -32,8 +29,8 @@ async def eventually(
 ) -> T:
     """Wait (real time, polling every millisecond) until ``condition()`` is truthy and
     return its value; fail the test if it is not within ``within`` seconds. For what
-    takes real time (a reconcile timeout, a thread); use :func:`settle` for what only
-    needs the loop to turn."""
+    takes real time or only needs the loop to turn; the fakes offer exact waits where
+    one exists (``FakeClient.delivered``, ``Controller.wait_idle``)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     while True:

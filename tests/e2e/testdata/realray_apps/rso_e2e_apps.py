@@ -1,6 +1,6 @@
 """A Ray Serve application for tests/e2e/test_realray.py, imported by real Ray.
 
-The harness (hack/realray) puts this directory on the pods' ``PYTHONPATH``, as an image
+The harness (tests/support/realray) puts this directory on the pods' ``PYTHONPATH``, as an image
 would bake the module in. The answer is the same on every cluster (the traffic client
 compares bodies exactly, and an upgrade moves it from one cluster to another) and is one
 the Ray simulator never gives (it answers an application's name): a request answered

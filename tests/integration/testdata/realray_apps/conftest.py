@@ -1,4 +1,4 @@
-"""``rso_apps`` imports ``ray``, which only the Ray venv has (hack/realray): real Ray imports
-it from the pods' ``PYTHONPATH``; pytest must not collect it (``--doctest-modules``)."""
+"""``rso_apps`` imports ``ray``, which only the Ray venv has (tests/support/realray): real
+Ray imports it from the pods' ``PYTHONPATH``; pytest must not collect it (``--doctest-modules``)."""
 
 collect_ignore = ["rso_apps.py"]

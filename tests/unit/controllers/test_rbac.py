@@ -1,0 +1,198 @@
+"""Every verb the generated roles grant is used by some code path, or is there for a
+reason the API server imposes (named below).
+
+Both reconcilers run on one recording fake client through a RayService's life (created,
+served, upgraded, old cluster deleted, deleted) and an autoscaled RayCluster's (its
+RBAC objects, scaled down); the kubernetes-proxy dashboard runs against a stand-in API
+server. What they asked for is compared with ``config/rbac/role.yaml`` and the proxy
+role: a granted verb nobody uses fails here, so least privilege cannot rot.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+import api.v1 as v1
+from controllers.ray import dashboard
+from controllers.raycluster import reconciler as raycluster_reconciler
+from runtime import reconcile
+from runtime.client import resources
+from tests.unit import helpers
+from tests.unit.controllers.rayservice import scenario
+
+REQUEST, T0, Env, rayservice = scenario.REQUEST, scenario.T0, scenario.Env, scenario.rayservice
+
+ROOT = helpers.ROOT
+PODS = resources.default_registry.for_kind("v1", "Pod")
+
+NOT_CALLED: dict[tuple[str, str, str], str] = {
+    ("", "pods/resize", "patch"): "escalation: the autoscaler's Role grants it",
+    ("ray.io", "rayclusters", "get"): (
+        "escalation: the autoscaler's Role grants it; the status writer's re-read after a 409"
+    ),
+    ("ray.io", "rayclusters/finalizers", "update"): (
+        "OwnerReferencesPermissionEnforcement: blockOwnerDeletion on pods and services"
+    ),
+    ("ray.io", "rayservices/finalizers", "update"): (
+        "OwnerReferencesPermissionEnforcement: blockOwnerDeletion on RayClusters and services"
+    ),
+    ("", "pods", "get"): "escalation: the autoscaler's Role grants it",
+    ("ray.io", "rayservices", "get"): "the status writer's re-read after a 409",
+}
+"""Granted verbs no request of this scenario makes, and why they are granted anyway."""
+
+
+def granted(path: str) -> set[tuple[str, str, str]]:
+    role = yaml.safe_load((ROOT / path).read_text())
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def used(calls: list[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    found = set()
+    for verb, resource, sub in calls:
+        plural, _, group = resource.partition(".")
+        found.add((group, f"{plural}/{sub}" if sub else plural, verb))
+    return found
+
+
+class Operator:
+    """The two reconcilers and the recorder on ``env``'s client; the calls they make
+    (not the test's own) are kept in ``calls``. List and watch come from the cache's
+    informers, in the background: every list and watch counts."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.clusters = raycluster_reconciler.Reconciler(env.client, env.cache, env.recorder)
+        self.calls: list[tuple[str, str, str]] = []
+
+    async def _run(self, work: Any) -> None:
+        start = len(self.env.client.calls)
+        try:
+            await work
+        finally:
+            self.calls += self.env.client.calls[start:]
+
+    async def service(self) -> None:
+        await self._run(self.env.reconciler.reconcile(REQUEST))
+        await self.env.synced()
+
+    async def cluster(self, name: str) -> None:
+        await self._run(self.clusters.reconcile(reconcile.Request("ns", name)))
+        await self.env.synced()
+
+    async def flush(self) -> None:
+        await self._run(self.env.recorder.flush())
+
+    async def both(self) -> None:
+        await self.service()
+        for name in await self.env.live_clusters():
+            await self.cluster(name)
+
+    def used(self) -> set[tuple[str, str, str]]:
+        watched = [c for c in self.env.client.calls if c[0] in ("list", "watch")]
+        return used(self.calls + watched)
+
+
+async def _life(env: Env, op: Operator) -> None:
+    env.reconcile = op.service  # type: ignore[method-assign]  # converge_first_cluster's
+    both = op.both
+
+    old = await env.converge_first_cluster()
+    await op.cluster(old)  # pods, services, status
+    svc = await env.service()
+    config = copy.deepcopy(svc["spec"]["rayClusterConfig"])
+    config["rayVersion"] = "2.61.0"
+    svc["spec"]["rayClusterConfig"] = config
+    await env.client.update(svc)
+    await env.synced()
+    await both()
+    new = next(n for n in await env.live_clusters() if n != old)
+    for pod in (await env.client.list(PODS, "ns", label_selector=f"ray.io/cluster={new}")).items:
+        if pod["metadata"]["labels"].get("ray.io/node-type") == "head":
+            await env.client.delete(PODS, "ns", pod["metadata"]["name"])
+    await env.start_head(new)
+    await op.service()
+    env.fake(new).set_all("RUNNING")
+    await op.service()
+    await op.service()
+    env.now = T0 + datetime.timedelta(seconds=31)
+    await both()
+    # appended worker group: the serving cluster updated in place
+    svc = await env.service()
+    svc["spec"]["rayClusterConfig"]["workerGroupSpecs"].append(
+        {**svc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0], "groupName": "extra"}
+    )
+    await env.client.update(svc)
+    await env.synced()
+    await both()
+    # an autoscaled RayCluster: its ServiceAccount, Role and RoleBinding; then scaled down
+    auto = rayservice()["spec"]["rayClusterConfig"]
+    auto["enableInTreeAutoscaling"] = True
+    await env.client.create(
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": "auto", "namespace": "ns"},
+            "spec": auto,
+        }
+    )
+    await env.synced()
+    await op.cluster("auto")
+    cluster = await env.client.get(v1.RAYCLUSTERS, "ns", "auto")
+    cluster["spec"]["workerGroupSpecs"][0]["replicas"] = 0
+    selector = "ray.io/cluster=auto,ray.io/node-type=worker"
+    found = await env.client.list(PODS, "ns", label_selector=selector)
+    workers = [p["metadata"]["name"] for p in found.items]
+    cluster["spec"]["workerGroupSpecs"][0]["scaleStrategy"] = {"workersToDelete": workers}
+    await env.client.update(cluster)
+    await env.synced()
+    await op.cluster("auto")
+    # the same Warning twice: the recorder aggregates it with a patch
+    for _ in range(2):
+        env.recorder.event(await env.service(), "Warning", "Same", "the same message")
+        await op.flush()
+    await env.client.delete(v1.RAYSERVICES, "ns", "demo")
+    await env.synced()
+    await both()
+    await both()
+
+
+async def test_every_verb_of_the_manager_role_is_used_or_explained(env: Env) -> None:
+    op = Operator(env)
+    await _life(env, op)
+    role = granted("config/rbac/role.yaml")
+    unused = role - op.used() - set(NOT_CALLED)
+    assert unused == set(), f"granted, never used, not explained: {sorted(unused)}"
+    assert set(NOT_CALLED) <= role, "an explanation for a verb no longer granted"
+
+
+async def test_the_proxy_role_is_exactly_what_the_proxy_mode_asks() -> None:
+    seen: set[tuple[str, str, str]] = set()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        resource = "services/proxy" if "/services/" in request.path else "pods/proxy"
+        seen.add(("", resource, {"GET": "get", "PUT": "update"}[request.method]))
+        if request.method == "GET" and "/services/" in request.path:
+            return web.json_response({"applications": {}})
+        return web.Response(status=200)
+
+    async with helpers.api_server(handle) as api, dashboard.Dashboards(api=api) as owner:
+        client = owner.client_for(
+            dashboard.address("kubernetes-proxy", cluster="demo", namespace="ns")
+        )
+        await client.get_serve_applications()
+        await client.put_serve_applications({"applications": []})
+        pod = dashboard.ServePod(namespace="ns", name="demo-head-x", ip=None)
+        assert await client.serve_proxy_healthy(pod)
+    assert seen == granted("config/overlays/kubernetes-proxy/proxy_role.yaml")

@@ -1,0 +1,149 @@
+"""The shape of the KubeRay v1.5.0 golden data (``tests/unit/testdata/kuberay-v1.5.0/``).
+
+Those files are written by ``hack/golden/kuberay_objects.py`` from KubeRay itself; tests of our
+builders compare against them. This module checks only that the data is what that script
+promises: one canonical JSON file per sample, the agreed keys, a RayCluster as stored without
+server bookkeeping, and created objects that belong to it (namespace, owner, labels, counts),
+with nothing volatile (uids, random names) left in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.unit import helpers
+
+DATA = helpers.TESTDATA / "kuberay-v1.5.0"
+
+SAMPLES = {
+    "ray-cluster.sample": "config/samples/ray-cluster.sample.yaml",
+    "ray-cluster.complete": "config/samples/ray-cluster.complete.yaml",
+    "ray-cluster.autoscaler": "config/samples/ray-cluster.autoscaler.yaml",
+    "ray-cluster.autoscaler-v2": "config/samples/ray-cluster.autoscaler-v2.yaml",
+    "ray-cluster.head-command": "config/samples/ray-cluster.head-command.yaml",
+    "ray-cluster.overwrite-command": "config/samples/ray-cluster.overwrite-command.yaml",
+    "ray-cluster.tpu-v4-multihost": "config/samples/ray-cluster.tpu-v4-multihost.yaml",
+    "ray-cluster.custom-head-service": "config/samples/ray-cluster.custom-head-service.yaml",
+    "ray-service.sample": "config/samples/ray-service.sample.yaml",
+    "ray_v1_raycluster": "config/samples/ray_v1_raycluster.yaml",
+}
+"""File stem -> the ``source`` it records."""
+
+CREATED_KINDS = {"pods", "services", "serviceaccounts", "roles", "rolebindings"}
+SERVER_FIELDS = {"managedFields", "uid", "resourceVersion", "creationTimestamp", "generation"}
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def load(stem: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((DATA / f"{stem}.json").read_text())
+    return document
+
+
+def worker_pods(spec: dict[str, Any]) -> int:
+    """Per group: replicas held within [min, max] (0 when suspended), times numOfHosts."""
+    total = 0
+    for group in spec.get("workerGroupSpecs") or []:
+        if group.get("suspend"):
+            continue
+        low, high = group.get("minReplicas", 0), group.get("maxReplicas", 2**31 - 1)
+        desired = high if low > high else min(max(group.get("replicas", low), low), high)
+        total += desired * max(group.get("numOfHosts", 1), 1)
+    return total
+
+
+def test_one_file_per_sample() -> None:
+    assert sorted(p.name for p in DATA.iterdir()) == sorted(f"{s}.json" for s in SAMPLES)
+
+
+@pytest.mark.parametrize("stem", sorted(SAMPLES))
+def test_file_is_canonical_json_with_the_agreed_keys(stem: str) -> None:
+    text = (DATA / f"{stem}.json").read_text()
+    document = json.loads(text)
+    assert text == json.dumps(document, indent=1, sort_keys=True) + "\n"
+    assert set(document) == {"source", "kuberay_version", "raycluster", "created"}
+    assert document["source"] == SAMPLES[stem]
+    assert document["kuberay_version"] == "v1.5.0"
+    assert set(document["created"]) == CREATED_KINDS
+    assert all(isinstance(v, list) for v in document["created"].values())
+    assert UUID.search(text) is None, "a uid was left in"
+
+
+@pytest.mark.parametrize("stem", sorted(SAMPLES))
+def test_raycluster_is_as_stored_without_server_fields(stem: str) -> None:
+    cluster = load(stem)["raycluster"]
+    assert (cluster["apiVersion"], cluster["kind"]) == ("ray.io/v1", "RayCluster")
+    assert "status" not in cluster
+    assert not SERVER_FIELDS & set(cluster["metadata"])
+    assert cluster["metadata"]["namespace"]
+    # CRD defaults were applied by the API server: every group has numOfHosts.
+    assert all("numOfHosts" in g for g in cluster["spec"].get("workerGroupSpecs", []))
+
+
+@pytest.mark.parametrize("stem", sorted(SAMPLES))
+def test_created_objects_belong_to_the_raycluster(stem: str) -> None:
+    document = load(stem)
+    name = document["raycluster"]["metadata"]["name"]
+    namespace = document["raycluster"]["metadata"]["namespace"]
+    for kind, objects in document["created"].items():
+        for obj in objects:
+            meta = obj["metadata"]
+            assert meta["namespace"] == namespace, (kind, meta)
+            [owner] = meta["ownerReferences"]
+            assert (owner["kind"], owner["name"], owner["uid"]) == ("RayCluster", name, "<uid>")
+            assert owner["controller"] is True
+            assert not {"uid", "resourceVersion", "creationTimestamp"} & set(meta)
+
+
+@pytest.mark.parametrize("stem", sorted(SAMPLES))
+def test_pods_are_the_head_then_every_worker_in_group_order(stem: str) -> None:
+    document = load(stem)
+    cluster = document["raycluster"]
+    name = cluster["metadata"]["name"]
+    pods = document["created"]["pods"]
+    types = [p["metadata"]["labels"]["ray.io/node-type"] for p in pods]
+    assert types == ["head"] + ["worker"] * worker_pods(cluster["spec"])
+    assert all(p["metadata"]["labels"]["ray.io/cluster"] == name for p in pods)
+    assert pods[0]["metadata"]["generateName"] == f"{name}-head-"
+    groups = [p["metadata"]["labels"]["ray.io/group"] for p in pods[1:]]
+    assert groups == sorted(groups)
+    known = {g["groupName"] for g in cluster["spec"].get("workerGroupSpecs", [])}
+    assert set(groups) <= known
+    for pod in pods[1:]:
+        group = pod["metadata"]["labels"]["ray.io/group"]
+        assert pod["metadata"]["generateName"] == f"{name}-{group}-worker-"
+
+
+@pytest.mark.parametrize("stem", sorted(SAMPLES))
+def test_head_service_and_autoscaler_rbac_are_there_when_expected(stem: str) -> None:
+    document = load(stem)
+    cluster = document["raycluster"]
+    name = cluster["metadata"]["name"]
+    custom = cluster["spec"]["headGroupSpec"].get("headService", {}).get("metadata", {})
+    head_service = custom.get("name", f"{name}-head-svc")
+    services = [s["metadata"]["name"] for s in document["created"]["services"]]
+    assert head_service in services
+    rbac = [
+        [o["metadata"]["name"] for o in document["created"][kind]]
+        for kind in ("serviceaccounts", "roles", "rolebindings")
+    ]
+    if cluster["spec"].get("enableInTreeAutoscaling"):
+        assert rbac == [[name], [name], [name]]
+    else:
+        assert rbac == [[], [], []]
+
+
+def test_rayservice_cluster_name_has_its_random_suffix_replaced() -> None:
+    document = load("ray-service.sample")
+    meta = document["raycluster"]["metadata"]
+    assert meta["name"] == "rayservice-sample-xxxxx"
+    assert meta["labels"]["ray.io/originated-from-crd"] == "RayService"
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "RayService",
+        "rayservice-sample",
+        "<uid>",
+    )

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import structlog
+
+from runtime import events
+from runtime.client import resources
+from runtime.testing import fake
+from tests.unit import helpers
+
+EVENTS = resources.Resource("", "v1", "Event", "events")
+OBJ = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "c", "namespace": "default", "uid": "u1", "resourceVersion": "3"},
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def test_repeats_update_one_event() -> None:
+    client = fake.FakeClient(namespaces=["ns"])
+    recorder = events.Recorder(client, "test")
+    for _ in range(5):
+        recorder.event(OBJ, "Warning", "Failed", "boom")
+    await recorder.flush()
+    [event] = client.objects(EVENTS)
+    assert event["count"] == 5
+    assert event["involvedObject"]["uid"] == "u1"
+    assert event["source"] == {"component": "test"}
+    assert client.writes("create") == 1
+    assert client.writes("patch") == 4
+
+
+async def test_many_different_messages_are_combined() -> None:
+    client = fake.FakeClient(namespaces=["ns"])
+    recorder = events.Recorder(client, "test")
+    for i in range(20):
+        recorder.event(OBJ, "Warning", "Failed", f"boom {i}")
+    await recorder.flush()
+    messages = [e["message"] for e in client.objects(EVENTS)]
+    assert len(messages) == 11  # 10 distinct, then one combined series
+    assert sum(m.startswith("(combined from similar events)") for m in messages) == 1
+
+
+async def test_spam_filter_caps_writes_per_object_and_refills() -> None:
+    client = fake.FakeClient(namespaces=["ns"])
+    clock = Clock()
+    recorder = events.Recorder(client, "test", monotonic=clock)
+    for _ in range(100):
+        recorder.event(OBJ, "Warning", "Failed", "boom")
+    await recorder.flush()
+    assert client.writes() == 25
+    clock.t += 300  # one token back
+    recorder.event(OBJ, "Warning", "Failed", "boom")
+    recorder.event(OBJ, "Warning", "Failed", "boom")
+    await recorder.flush()
+    assert client.writes() == 26
+
+
+async def test_write_failures_are_logged_not_raised() -> None:
+    client = fake.FakeClient(namespaces=["ns"])
+    from runtime.client import errors
+
+    client.fail_next["create"] = errors.Forbidden(403, "Forbidden", "events is forbidden")
+    recorder = events.Recorder(client, "test")
+    recorder.event(OBJ, "Normal", "Created", "ok")
+    await recorder.flush()
+    assert client.objects(EVENTS) == []
+
+
+class _Flaky:
+    """A client whose writes raise what a dropped connection raises, then work again."""
+
+    def __init__(self, failures: list[BaseException]) -> None:
+        self.inner = fake.FakeClient(namespaces=["ns"])
+        self.failures = failures
+
+    async def create(self, obj: dict[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
+        if self.failures:
+            raise self.failures.pop(0)
+        return await self.inner.create(obj, namespace=namespace)
+
+    async def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if self.failures:
+            raise self.failures.pop(0)
+        return await self.inner.patch(*args, **kwargs)
+
+
+def _failed(reason: str) -> float:
+    return events._failed.counter(reason).get()
+
+
+async def test_any_write_failure_is_counted_logged_and_the_recorder_goes_on() -> None:
+    failures: list[BaseException] = [
+        aiohttp.ServerDisconnectedError(),
+        aiohttp.ClientPayloadError("truncated"),
+        RuntimeError("a bug in a transport"),
+    ]
+    client = _Flaky(failures)
+    recorder = events.Recorder(client, "test")  # type: ignore[arg-type]
+    before = _failed("create")
+    stop = asyncio.Event()
+    task = asyncio.create_task(recorder.start(stop))
+    with structlog.testing.capture_logs() as logs:
+        for i in range(3):
+            recorder.event(OBJ, "Warning", "Failed", f"lost {i}")
+            await helpers.eventually(
+                lambda i=i: _failed("create") - before == i + 1, what=f"failure {i} counted"
+            )
+        recorder.event(OBJ, "Normal", "Created", "after the failures")
+        await helpers.eventually(lambda: client.inner.objects(EVENTS), what="the last event")
+        assert not task.done(), "the recorder died on a failed write"
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert _failed("create") - before == 3
+    assert [e["message"] for e in client.inner.objects(EVENTS)] == ["after the failures"]
+    failed_lines = [entry for entry in logs if entry["event"] == "writing an event failed"]
+    assert len(failed_lines) == 3
+    assert "ServerDisconnectedError" in failed_lines[0]["error"]
+
+
+async def test_per_object_state_is_bounded() -> None:
+    client = fake.FakeClient(namespaces=["ns"])
+    recorder = events.Recorder(client, "test", options=events.Options(max_objects=50))
+    for i in range(200):
+        obj = {**OBJ, "metadata": {**OBJ["metadata"], "uid": f"u{i}", "name": f"c{i}"}}
+        recorder.event(obj, "Warning", "Failed", "boom")
+    await recorder.flush()
+    assert len(client.objects(EVENTS)) == 200
+    assert recorder.tracked_objects() <= 50
+    # A recent object still deduplicates into its existing Event.
+    last = {**OBJ, "metadata": {**OBJ["metadata"], "uid": "u199", "name": "c199"}}
+    recorder.event(last, "Warning", "Failed", "boom")
+    await recorder.flush()
+    assert len(client.objects(EVENTS)) == 200
+    assert events.Options().max_objects == 4096
