@@ -15,20 +15,17 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
-import re
 import secrets
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from runtime.client import client as client_
-from tests import tools
 from tests.e2e import harness
+from tests.support import tools
 
 E2E_TIMEOUT = 300
-DEFAULT_MODE = os.environ.get("E2E_DASHBOARD_MODE", "pod-ip")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -63,51 +60,11 @@ def world(
         yield w
 
 
-class Managers:
-    """The manager processes of one test."""
-
-    def __init__(self, world: harness.World, test: str = "") -> None:
-        self.world = world
-        self.prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", test).strip("-")
-        """Log files are ``manager-<test>-<n>.log``: one per process and test."""
-        self.started: list[harness.Manager] = []
-
-    def start(
-        self, mode: str = DEFAULT_MODE, *extra: str, restart_on_exit: bool = False
-    ) -> harness.Manager:
-        if not self.world.local:
-            pytest.skip("starts its own managers: against $KUBECONFIG's cluster the operator "
-                        "is the one deployed there")  # fmt: skip
-        manager = harness.Manager(
-            self.world,
-            f"{self.prefix}-{len(self.started)}".lstrip("-"),
-            mode,
-            *extra,
-            restart_on_exit=restart_on_exit,
-        )
-        self.started.append(manager.start())
-        return manager
-
-    async def lead(self, mode: str = DEFAULT_MODE) -> None:
-        """One manager in ``mode``, leading; against an external cluster, nothing (the
-        operator deployed there is the one under test)."""
-        if self.world.local:
-            await self.start(mode).wait_leading()
-
-    def stop_all(self) -> list[str]:
-        problems = []
-        for manager in self.started:
-            code = manager.stop()
-            if manager.exits and not manager.restart_on_exit:
-                problems.append(f"manager {manager.name} exited on its own: {manager.exits}")
-            if code not in (0, -9, None):
-                problems.append(f"manager {manager.name} stopped with exit code {code}")
-        return problems
-
-
 @pytest.fixture
-async def managers(world: harness.World, request: pytest.FixtureRequest) -> AsyncIterator[Managers]:
-    m = Managers(world, request.node.name)
+async def managers(
+    world: harness.World, request: pytest.FixtureRequest
+) -> AsyncIterator[harness.Managers]:
+    m = harness.Managers(world, request.node.name)
     request.node._e2e_managers = m
     yield m
     problems = m.stop_all()
@@ -115,7 +72,7 @@ async def managers(world: harness.World, request: pytest.FixtureRequest) -> Asyn
 
 
 @pytest.fixture
-async def manager(managers: Managers) -> None:
+async def manager(managers: harness.Managers) -> None:
     """One manager in the default mode, leading (nothing to start against a cluster)."""
     await managers.lead()
 

@@ -29,6 +29,7 @@ import dataclasses
 import ipaddress
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 
 import api.v1 as v1
@@ -417,3 +419,49 @@ class Traffic:
             return self.ok - start >= count
 
         await until(enough, within, f"{count} answered requests")
+
+
+DEFAULT_MODE = os.environ.get("E2E_DASHBOARD_MODE", "pod-ip")
+"""The dashboard address mode managers start in (``$E2E_DASHBOARD_MODE``, default ``pod-ip``)."""
+
+
+class Managers:
+    """The manager processes of one test."""
+
+    def __init__(self, world: World, test: str = "") -> None:
+        self.world = world
+        self.prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", test).strip("-")
+        """Log files are ``manager-<test>-<n>.log``: one per process and test."""
+        self.started: list[Manager] = []
+
+    def start(
+        self, mode: str = DEFAULT_MODE, *extra: str, restart_on_exit: bool = False
+    ) -> Manager:
+        if not self.world.local:
+            pytest.skip("starts its own managers: against $KUBECONFIG's cluster the operator "
+                        "is the one deployed there")  # fmt: skip
+        manager = Manager(
+            self.world,
+            f"{self.prefix}-{len(self.started)}".lstrip("-"),
+            mode,
+            *extra,
+            restart_on_exit=restart_on_exit,
+        )
+        self.started.append(manager.start())
+        return manager
+
+    async def lead(self, mode: str = DEFAULT_MODE) -> None:
+        """One manager in ``mode``, leading; against an external cluster, nothing (the
+        operator deployed there is the one under test)."""
+        if self.world.local:
+            await self.start(mode).wait_leading()
+
+    def stop_all(self) -> list[str]:
+        problems = []
+        for manager in self.started:
+            code = manager.stop()
+            if manager.exits and not manager.restart_on_exit:
+                problems.append(f"manager {manager.name} exited on its own: {manager.exits}")
+            if code not in (0, -9, None):
+                problems.append(f"manager {manager.name} stopped with exit code {code}")
+        return problems

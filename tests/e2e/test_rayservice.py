@@ -21,7 +21,6 @@ import yaml
 
 from runtime.client import client as client_
 from tests.e2e import harness, rayservices
-from tests.e2e.conftest import Managers
 
 Obj = dict[str, Any]
 ROOT = pathlib.Path(__file__).parents[2]
@@ -92,7 +91,7 @@ def no_failures(t: harness.Traffic) -> None:
 
 @pytest.mark.parametrize("mode", ["pod-ip", "kubernetes-proxy"])
 async def test_the_sample_becomes_ready_and_answers_requests(
-    world: harness.World, api: client_.Client, namespace: str, managers: Managers, mode: str
+    world: harness.World, api: client_.Client, namespace: str, managers: harness.Managers, mode: str
 ) -> None:
     await managers.lead(mode)
     await create_sample(api, namespace)
@@ -134,7 +133,7 @@ async def test_a_serve_config_change_is_applied_in_place(
 
 @pytest.mark.parametrize("mode", ["pod-ip", "kubernetes-proxy"])
 async def test_a_zero_downtime_upgrade_loses_no_request(
-    world: harness.World, api: client_.Client, namespace: str, managers: Managers, mode: str
+    world: harness.World, api: client_.Client, namespace: str, managers: harness.Managers, mode: str
 ) -> None:
     await managers.lead(mode)
     await create_sample(api, namespace)
@@ -227,7 +226,7 @@ async def test_a_deleted_head_pod_is_recreated_and_serves_again(
 
 
 async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_completes(
-    world: harness.World, api: client_.Client, namespace: str, managers: Managers
+    world: harness.World, api: client_.Client, namespace: str, managers: harness.Managers
 ) -> None:
     first = managers.start()
     await first.wait_leading()
@@ -256,7 +255,11 @@ async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_complete
 
 @pytest.mark.parametrize("member", ["kube-apiserver", "etcd"])
 async def test_after_a_control_plane_restart_the_manager_reconciles_again(
-    world: harness.World, api: client_.Client, namespace: str, managers: Managers, member: str
+    world: harness.World,
+    api: client_.Client,
+    namespace: str,
+    managers: harness.Managers,
+    member: str,
 ) -> None:
     """An outage longer than the Lease's renew deadline (10 s) makes the manager give up
     leadership and exit, as controller-runtime's does; its Deployment restarts it. Either
@@ -285,7 +288,7 @@ async def test_after_a_control_plane_restart_the_manager_reconciles_again(
 
 
 async def test_the_standby_takes_over_when_the_leader_is_killed(
-    world: harness.World, api: client_.Client, namespace: str, managers: Managers
+    world: harness.World, api: client_.Client, namespace: str, managers: harness.Managers
 ) -> None:
     one, two = managers.start(), managers.start()
     await harness.until(

@@ -39,7 +39,6 @@ import pytest
 from runtime.client import client as client_
 from runtime.client import errors
 from tests.e2e import harness, rayservices
-from tests.e2e.conftest import Managers
 from tests.support import realray
 
 Obj = dict[str, Any]
@@ -266,7 +265,7 @@ async def test_real_ray_serves_and_a_zero_downtime_upgrade_loses_no_request(
     world: harness.World,
     api: client_.Client,
     namespace: str,
-    managers: Managers,
+    managers: harness.Managers,
     kubelet: Kubelet,
 ) -> None:
     timings: dict[str, float] = {}

@@ -7,7 +7,7 @@
 - ``namespace``: a fresh namespace per test (deleted afterwards).
 - ``api_client``: a kubernetes-asyncio ``ApiClient`` configured from the kubeconfig.
 - ``client``: our :class:`runtime.client.Client` from the kubeconfig, with the test
-  kinds (``WIDGETS``, ``GADGETS``) registered.
+  kinds (``helpers.WIDGETS``, ``helpers.GADGETS``) registered.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
 from runtime.client import client as client_
-from runtime.client import resources
 from runtime.testing import controlplane
-from tests import tools
+from tests.integration import helpers
+from tests.support import tools
 
 CRDS = pathlib.Path(__file__).parent / "testdata" / "crds"
 
@@ -84,14 +84,10 @@ async def api_client(control_plane: controlplane.ControlPlane) -> AsyncIterator[
         yield api
 
 
-WIDGETS = resources.Resource("test.rayservice.dev", "v1", "Widget", "widgets")
-GADGETS = resources.Resource("test.rayservice.dev", "v1", "Gadget", "gadgets")
-
-
 @pytest.fixture
 async def client(control_plane: controlplane.ControlPlane) -> AsyncIterator[client_.Client]:
     c = await client_.Client.from_kubeconfig(control_plane.kubeconfig)
-    c.registry.register(WIDGETS)
-    c.registry.register(GADGETS)
+    c.registry.register(helpers.WIDGETS)
+    c.registry.register(helpers.GADGETS)
     async with c:
         yield c

@@ -12,7 +12,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from runtime.client import resources
+
 T = TypeVar("T")
+
+WIDGETS = resources.Resource("test.rayservice.dev", "v1", "Widget", "widgets")
+GADGETS = resources.Resource("test.rayservice.dev", "v1", "Gadget", "gadgets")
+"""The test kinds (``testdata/crds``) the ``client`` fixture registers."""
 
 
 async def eventually(

@@ -124,11 +124,6 @@ def rayservice_obj(
 # -- reading the API ---------------------------------------------------------------------------
 
 
-async def until(check: Callable[[], Coroutine[Any, Any, bool]], within: float, what: str) -> None:
-    """:func:`helpers.eventually` for an async yes/no check."""
-    await helpers.eventually(check, within, what)  # type: ignore[arg-type]  # its T is not solved
-
-
 def condition(obj: Mapping[str, Any], type_: str) -> Obj | None:
     for found in (obj.get("status") or {}).get("conditions") or ():
         if found.get("type") == type_:

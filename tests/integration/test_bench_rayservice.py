@@ -1,5 +1,5 @@
 """``hack/bench/rayservice.py`` runs as its own process (manager, control plane, simulator)
-with two RayServices and a 20 s steady window, and its figures meet issue 13's targets
+with two RayServices and a 20 s steady window, and its figures meet the targets (README's table)
 where a run that short can check them (the time to report an application turning
 ``UNHEALTHY`` included)."""
 
@@ -52,13 +52,13 @@ def test_two_services_meet_the_targets(bin_dir: pathlib.Path) -> None:
     assert report["steady_writes_all_kinds"] == 0, figures
     assert report["upgrade_status_writes"] <= 4, figures
     assert report["conflicts"] == 0, figures
-    # Issue 13's target (<= 6 per minute per idle service) is the long-run rate at the
+    # The target (<= 6 per minute per idle service) is the long-run rate at the
     # 10 s poll maximum. A 20 s window starting a few seconds after Ready still sees the
     # back-off ramp (2, 4, 8 s, then 10 s): at most STEADY / POLL_MAX + 3 polls each,
     # each one Serve status GET (the proxy's health is read from the same answer).
     per_service = report["dashboard_requests_per_min_steady"] * STEADY / 60
     assert 0 < per_service <= STEADY / POLL_MAX + 3, figures
-    # Issue 13 item 9: a Ready, unchanged service is polled at most POLL_MAX apart, so an
+    # A Ready, unchanged service is polled at most POLL_MAX apart, so an
     # application turning UNHEALTHY is reported within about POLL_MAX (3 s for the poll,
     # the status write and the watch event).
     unhealthy = {k: report[k] for k in ("unhealthy_report_s_max", "unhealthy_report_s_p50")}

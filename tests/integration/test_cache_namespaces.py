@@ -20,7 +20,6 @@ from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import controlplane
 from tests.integration import helpers
-from tests.integration.conftest import WIDGETS
 from tests.unit import helpers as unit_helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -69,7 +68,7 @@ async def test_the_cache_serves_exactly_its_namespaces(
 ) -> None:
     a, b, c = namespaces
     other = await client_.Client.from_kubeconfig(control_plane.kubeconfig)  # not written through
-    other.registry.register(WIDGETS)
+    other.registry.register(helpers.WIDGETS)
     for ns in namespaces:
         await other.create(widget("early", ns))
     asked: list[tuple[str, str, str | None]] = []
@@ -88,13 +87,13 @@ async def test_the_cache_serves_exactly_its_namespaces(
     client.watch = watch  # type: ignore[method-assign]
     cluster_lists_before = cluster_wide_widget_lists(control_plane)
     cache = cache_.Cache(client, namespaces=[a, b], debug=True)
-    informer = cache.informer(WIDGETS)
+    informer = cache.informer(helpers.WIDGETS)
     seen: list[tuple[str, str]] = []
     informer.add_handler(lambda e: seen.append((e.type, store_.key_for(e.obj))))
     try:
         await cache.start()
         await asyncio.wait_for(cache.wait_for_sync(), 30)
-        assert sorted(store_.key_for(o) for o in await cache.list(WIDGETS)) == [
+        assert sorted(store_.key_for(o) for o in await cache.list(helpers.WIDGETS)) == [
             f"{a}/early", f"{b}/early"]  # fmt: skip
         await other.create(widget("late", c))
         await other.create(widget("late", b))
@@ -108,15 +107,17 @@ async def test_the_cache_serves_exactly_its_namespaces(
             for ns, name in [(a, "early"), (b, "early"), (b, "late"), (a, "marker")]
         ), "each namespace's events once"
         with pytest.raises(cache_.NamespaceNotWatched):
-            await cache.get(WIDGETS, c, "early")
+            await cache.get(helpers.WIDGETS, c, "early")
         ours = await client.create(widget("ours", b))  # write-through into b's part
-        assert (await cache.get(WIDGETS, b, "ours"))["metadata"]["uid"] == ours["metadata"]["uid"]
-        await client.delete(WIDGETS, a, "early")  # delete write-through: gone at once
+        assert (await cache.get(helpers.WIDGETS, b, "ours"))["metadata"]["uid"] == ours["metadata"][
+            "uid"
+        ]
+        await client.delete(helpers.WIDGETS, a, "early")  # delete write-through: gone at once
         with pytest.raises(errors.NotFound):
-            await cache.get(WIDGETS, a, "early")
-        widget_requests = sorted({r for r in asked if r[1] == str(WIDGETS)})
+            await cache.get(helpers.WIDGETS, a, "early")
+        widget_requests = sorted({r for r in asked if r[1] == str(helpers.WIDGETS)})
         assert widget_requests == sorted(
-            (verb, str(WIDGETS), ns) for verb in ("list", "watch") for ns in (a, b)
+            (verb, str(helpers.WIDGETS), ns) for verb in ("list", "watch") for ns in (a, b)
         ), "one list and watches per watched namespace, never cluster-wide"
         assert cluster_wide_widget_lists(control_plane) == cluster_lists_before, (
             "the apiserver served no cluster-wide list of widgets"

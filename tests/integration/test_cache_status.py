@@ -16,7 +16,6 @@ from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import controlplane
 from tests.integration import helpers
-from tests.integration.conftest import GADGETS, WIDGETS
 
 CM = resources.default_registry.for_kind("v1", "ConfigMap")
 
@@ -102,17 +101,17 @@ async def test_watch_list_sync_equals_a_fresh_list_and_keeps_watching(
     before = widget_requests(control_plane)
     cache = cache_.Cache(client, namespace=namespace, watch_list=True, debug=True)
     try:
-        cached = await cache.list(WIDGETS, namespace)
+        cached = await cache.list(helpers.WIDGETS, namespace)
         # A real watch-list, not a silent fallback to list+watch: one watch asking for
         # the initial events and no list; the apiserver served a watch-list of widgets.
         assert calls == [("watch", True)], "the cache listed widgets or fell back"
         assert widget_requests(control_plane)["WATCHLIST"] >= before["WATCHLIST"] + 1
-        assert cache.informer(WIDGETS).reflector.watch_list, "the reflector fell back"
-        fresh = await client.list(WIDGETS, namespace)
+        assert cache.informer(helpers.WIDGETS).reflector.watch_list, "the reflector fell back"
+        fresh = await client.list(helpers.WIDGETS, namespace)
         assert names_and_versions(cached) == names_and_versions(fresh.items)
-        await client.delete(WIDGETS, namespace, "wl0")
+        await client.delete(helpers.WIDGETS, namespace, "wl0")
         await helpers.eventually(
-            lambda: len(cache.informer(WIDGETS).store) == 49, 30, "the delete seen"
+            lambda: len(cache.informer(helpers.WIDGETS).store) == 49, 30, "the delete seen"
         )
         # One stream throughout: no second watch, and the only list is ours above.
         assert calls == [("watch", True), ("list", False)]
@@ -131,14 +130,14 @@ async def test_relist_after_410_leaves_the_store_equal_to_a_fresh_list(
     def record(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         events.append((kind, obj["metadata"]["name"]))
 
-    reflector = reflector_.Reflector(client, GADGETS, store, record, namespace=namespace)
+    reflector = reflector_.Reflector(client, helpers.GADGETS, store, record, namespace=namespace)
     task = asyncio.create_task(reflector.run())
     await helpers.eventually(lambda: len(store) == 10, 30, "initial sync")
     # Disconnect; the world changes; etcd compacts the history we would resume from.
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    await client.delete(GADGETS, namespace, "g0")
-    g1 = await client.get(GADGETS, namespace, "g1")
+    await client.delete(helpers.GADGETS, namespace, "g0")
+    g1 = await client.get(helpers.GADGETS, namespace, "g1")
     g1["spec"]["size"] = 9
     await client.update(g1)
     await client.create(widget("g-new", namespace, "Gadget"))
@@ -146,12 +145,12 @@ async def test_relist_after_410_leaves_the_store_equal_to_a_fresh_list(
     task = asyncio.create_task(reflector.run())
     try:
         await helpers.eventually(lambda: reflector.lists == 2, 30, "a relist after 410")
-        fresh = await client.list(GADGETS, namespace)
+        fresh = await client.list(helpers.GADGETS, namespace)
         assert names_and_versions(store.list()) == names_and_versions(fresh.items)
         assert ("delete", "g0") in events
         assert store.get(f"{namespace}/g1")["spec"]["size"] == 9  # type: ignore[index]
         # and it keeps watching after the relist
-        await client.delete(GADGETS, namespace, "g2")
+        await client.delete(helpers.GADGETS, namespace, "g2")
         await helpers.eventually(
             lambda: f"{namespace}/g2" not in store, 30, "a delete after relist"
         )
@@ -190,7 +189,7 @@ async def test_two_concurrent_status_writers(client: client_.Client, namespace: 
     )
     outcomes = sorted(r.outcome.value for r in results)
     assert outcomes == ["conflict_resolved", "written"]
-    final = (await client.get(WIDGETS, namespace, "w2"))["status"]
+    final = (await client.get(helpers.WIDGETS, namespace, "w2"))["status"]
     winner = next(r for r in results if r.outcome is status.Outcome.CONFLICT_RESOLVED)
     assert final == winner.obj["status"], "the last writer's full status is what stands"
 
@@ -204,7 +203,7 @@ async def test_concurrent_writer_after_a_spec_change_reports_stale(
     await client.update(changed)
     result = await status.StatusWriter(client).update(created, {"phase": "ForSize1"})
     assert result.outcome is status.Outcome.STALE
-    assert "status" not in await client.get(WIDGETS, namespace, "w3")
+    assert "status" not in await client.get(helpers.WIDGETS, namespace, "w3")
 
 
 async def test_own_write_is_visible_in_the_cache_at_once(
@@ -217,7 +216,7 @@ async def test_own_write_is_visible_in_the_cache_at_once(
             lambda: _get_or_none(cache, namespace, "w4"), 30, "w4 in the cache"
         )
         result = await status.StatusWriter(client).update(cached, {"phase": "Written"})
-        seen = await cache.get(WIDGETS, namespace, "w4")  # no waiting
+        seen = await cache.get(helpers.WIDGETS, namespace, "w4")  # no waiting
         assert seen["status"] == {"phase": "Written"}
         assert seen["metadata"]["resourceVersion"] == result.obj["metadata"]["resourceVersion"]
     finally:
@@ -235,13 +234,13 @@ async def test_mutating_a_cached_object_fails_loudly(
         )
         cached["spec"]["size"] = 42  # the bug
         with pytest.raises(store_.CacheMutationError, match="w5 was mutated"):
-            await cache.get(WIDGETS, namespace, "w5")
+            await cache.get(helpers.WIDGETS, namespace, "w5")
     finally:
         await cache.stop()
 
 
 async def _get_or_none(cache: cache_.Cache, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return await cache.get(WIDGETS, namespace, name)
+        return await cache.get(helpers.WIDGETS, namespace, name)
     except errors.NotFound:
         return None

@@ -31,8 +31,7 @@ import functools
 import json
 import pathlib
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +39,7 @@ import yaml
 
 import api.v1 as v1
 from runtime.testing import controlplane
+from tests.integration import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 OURS = ROOT / "config/crd/bases"
@@ -70,18 +70,6 @@ def load(path: pathlib.Path) -> dict[str, Any]:
     assert len(docs) == 1, path
     doc: dict[str, Any] = docs[0]
     return doc
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """Poll ``check()`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 class Cluster:
@@ -188,13 +176,16 @@ def upgraded(
             old.write_text(json.dumps(old_kuberay(load(kuberay / f"ray.io_{plural}.yaml"))))
             cluster.ok("create", "-f", str(old))
         for plural in PLURALS:
-            wait_for(f"{plural} established", functools.partial(cluster.established, plural))
+            helpers.eventually_sync(
+                functools.partial(cluster.established, plural), 60.0, f"{plural} established"
+            )
 
         created = {}
         for name, sample in [("cluster-old", "cluster"), ("service-old", "service")]:
-            created[name] = wait_for(
-                f"{name} stored as v1alpha1",
+            created[name] = helpers.eventually_sync(
                 functools.partial(try_create, cluster, given[sample], name, "v1alpha1"),
+                60.0,
+                f"{name} stored as v1alpha1",
             )
 
         # The upgrade to KubeRay v1.5.0: storage moves to v1, old objects stay as they are.
@@ -204,9 +195,10 @@ def upgraded(
             assert cluster.crd(plural)["status"]["storedVersions"] == ["v1alpha1", "v1"]
         for name, sample in [("cluster-new", "cluster"), ("complete-new", "complete"),
                              ("service-new", "service")]:  # fmt: skip
-            created[name] = wait_for(
-                f"{name} stored as v1",
+            created[name] = helpers.eventually_sync(
                 functools.partial(try_create, cluster, given[sample], name, "v1"),
+                60.0,
+                f"{name} stored as v1",
             )
         yield cluster, created
 
@@ -284,8 +276,11 @@ def test_our_crds_replace_kuberays_in_place(
         assert stored["spec"]["names"] == ours["spec"]["names"]
         assert stored["status"]["storedVersions"] == ["v1alpha1", "v1"]
         # KubeRay serves v1alpha1, we do not: once that shows, our CRD is the one served.
-        wait_for(f"ray.io/v1alpha1 {plural} no longer served",
-                 functools.partial(cluster.unserved, "v1alpha1", plural))  # fmt: skip
+        helpers.eventually_sync(
+            functools.partial(cluster.unserved, "v1alpha1", plural),
+            60.0,
+            f"ray.io/v1alpha1 {plural} no longer served",
+        )
 
     # Every object reads back through v1 with its spec unchanged, those still held in
     # etcd as v1alpha1 (no storage migration ran) included.

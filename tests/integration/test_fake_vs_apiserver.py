@@ -22,7 +22,7 @@ import pytest
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import controlplane, fake
-from tests.integration.conftest import GADGETS, WIDGETS
+from tests.integration import helpers
 
 Obj = dict[str, Any]
 REGISTRY = resources.default_registry
@@ -280,7 +280,7 @@ async def create_in_a_missing_namespace(backend: Backend) -> Any:
 async def delete_with_a_finalizer(backend: Backend) -> Any:
     c, ns = backend.client, backend.namespace
     result = {}
-    for resource, obj in ((WIDGETS, widget("held")), (CM, cm("held"))):
+    for resource, obj in ((helpers.WIDGETS, widget("held")), (CM, cm("held"))):
         obj["metadata"].update(namespace=ns, finalizers=[FINALIZER])
         await c.create(obj)
         held = await c.delete(resource, ns, "held")
@@ -303,11 +303,11 @@ async def removing_the_last_finalizer_deletes(backend: Backend) -> Any:
     c, ns = backend.client, backend.namespace
     obj = widget("fin", namespace=ns, finalizers=[FINALIZER])
     await c.create(obj)
-    held = await c.delete(WIDGETS, ns, "fin")
+    held = await c.delete(helpers.WIDGETS, ns, "fin")
     observed: list[Obj] = []
     c.add_write_observer(observed.append)
     async with watching(
-        backend, WIDGETS, resource_version=held["metadata"]["resourceVersion"]
+        backend, helpers.WIDGETS, resource_version=held["metadata"]["resourceVersion"]
     ) as events:
         released = copy.deepcopy(held)
         released["metadata"]["finalizers"] = []
@@ -321,7 +321,7 @@ async def removing_the_last_finalizer_deletes(backend: Backend) -> Any:
         "event": (event["type"], deletion_view(event["object"])),
         "event is newer": int(event["object"]["metadata"]["resourceVersion"])
         > int(held["metadata"]["resourceVersion"]),
-        "get": await outcome(c.get(WIDGETS, ns, "fin")),
+        "get": await outcome(c.get(helpers.WIDGETS, ns, "fin")),
     }  # fmt: skip
 
 
@@ -331,7 +331,7 @@ async def delete_answers(backend: Backend) -> Any:
     result = {}
     objects: list[tuple[resources.Resource, Obj]] = [
         (CM, cm("del")),
-        (WIDGETS, widget("del")),
+        (helpers.WIDGETS, widget("del")),
         (
             SERVICE_ACCOUNTS,
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "del"}},
@@ -402,12 +402,12 @@ async def compaction_ends_new_watches_not_open_ones(backend: Backend) -> Any:
     old_rv = first["metadata"]["resourceVersion"]
     await c.create(widget("c2", "Gadget", namespace=ns))
     await c.create(widget("c3", "Gadget", namespace=ns))
-    async with watching(backend, GADGETS, resource_version=old_rv) as events:
+    async with watching(backend, helpers.GADGETS, resource_version=old_rv) as events:
         before = await take(events, 2)
         backend.compact()  # at the newest revision: c2's is gone, c3's is kept
         await c.create(widget("c4", "Gadget", namespace=ns))
         after = await take(events, 1)
-        async with watching(backend, GADGETS, resource_version=old_rv) as stale:
+        async with watching(backend, helpers.GADGETS, resource_version=old_rv) as stale:
             new_watch = await outcome(take(stale, 1))
     return {
         "open watch": [(e["type"], e["object"]["metadata"]["name"]) for e in before + after],
@@ -427,8 +427,8 @@ async def test_the_fake_answers_like_the_apiserver(
 ) -> None:
     real = await SCENARIOS[name](Backend(client, namespace, control_plane.compact_etcd))
     registry = REGISTRY.copy()
-    registry.register(WIDGETS)
-    registry.register(GADGETS)
+    registry.register(helpers.WIDGETS)
+    registry.register(helpers.GADGETS)
     fake_client = fake.FakeClient(registry, namespaces=[namespace])
     faked = await SCENARIOS[name](Backend(fake_client, namespace, fake_client.compact))
     assert faked == real, f"{name}: fake {faked!r} != apiserver {real!r}"

@@ -44,8 +44,8 @@ from pydantic_settings import CliApp
 
 from controllers import main as main_
 from runtime.testing import controlplane
-from tests import tools
 from tests.integration import helpers
+from tests.support import tools
 
 ROOT = pathlib.Path(__file__).parents[2]
 CHART = ROOT / "helm-chart/rayservice-operator"

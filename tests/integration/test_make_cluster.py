@@ -1,4 +1,4 @@
-"""``make cluster-up`` / ``make cluster-down`` as a user runs them (issue 10, item 1).
+"""``make cluster-up`` / ``make cluster-down`` as a user runs them.
 
 Each test runs ``make`` in the repository root with ``CLUSTER_DIR`` in its own temp dir
 (and ``-o .venv/.installed``: a test never reinstalls the shared virtualenv), so it stays

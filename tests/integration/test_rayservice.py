@@ -257,7 +257,7 @@ async def test_ray_version_change_upgrades_on_a_new_cluster_never_routing_to_an_
         async def old_gone() -> bool:
             return old not in await h.all_clusters(client, namespace)
 
-        await h.until(old_gone, 30, f"{old} deleted after the delay")
+        await helpers.eventually(old_gone, 30, f"{old} deleted after the delay")
         await h.wait_ready(client, namespace)
         await seen.settle()
         new_ip = seen.head_ips[new]
@@ -310,7 +310,7 @@ async def test_spec_reverted_mid_upgrade_drops_the_pending_cluster(
         async def only_old() -> bool:
             return await h.all_clusters(client, namespace) == [old]
 
-        await h.until(only_old, 30, f"{dropped} deleted, {old} kept")
+        await helpers.eventually(only_old, 30, f"{dropped} deleted, {old} kept")
 
         def settled(obj: h.Obj) -> bool:
             found = (obj.get("status") or {}).get("pendingServiceStatus") or {}
@@ -360,7 +360,7 @@ async def test_appended_worker_group_updates_the_cluster_in_place(
                 and len(pods.items) == 1
             )
 
-        await h.until(grown, 60, "the new group on the same cluster")
+        await helpers.eventually(grown, 60, "the new group on the same cluster")
         after = await h.wait_ready(client, namespace)
     assert after["status"]["activeServiceStatus"]["rayClusterName"] == name
     assert seen.clusters_seen == [name]
@@ -523,7 +523,7 @@ async def test_initializing_timeout_cleans_up_and_stops(
     async def no_clusters() -> bool:
         return await h.all_clusters(client, namespace) == []
 
-    await h.until(no_clusters, 30, "its clusters deleted")
+    await helpers.eventually(no_clusters, 30, "its clusters deleted")
     version = (await h.get_service(client, namespace))["metadata"]["resourceVersion"]
     requests = sum(sim.requests().values())
     await asyncio.sleep(5)  # a window for retries that must not come
@@ -547,10 +547,10 @@ async def test_delete_removes_the_clusters_then_the_finalizer(
             return await h.all_clusters(client, namespace) == []
         return False
 
-    await h.until(gone, 60, "the RayService and its clusters gone")
+    await helpers.eventually(gone, 60, "the RayService and its clusters gone")
 
     async def no_pods() -> bool:
         pods = await client.list(h.PODS, namespace, label_selector=f"ray.io/cluster={name}")
         return not pods.items
 
-    await h.until(no_pods, 60, "its pods garbage-collected")
+    await helpers.eventually(no_pods, 60, "its pods garbage-collected")

@@ -36,6 +36,7 @@ import pytest
 import api.v1 as v1
 from runtime.client import client as client_
 from runtime.testing import controlplane
+from tests.integration import helpers
 from tests.integration import rayservice_harness as h
 from tests.support import raysim
 
@@ -177,7 +178,7 @@ async def scenario(
             async def only_second() -> bool:
                 return await h.all_clusters(client, namespace) == [second]
 
-            await h.until(only_second, 30, f"{first} deleted after its delay")
+            await helpers.eventually(only_second, 30, f"{first} deleted after its delay")
             await h.wait_ready(client, namespace)
             end = await h.summary(client, namespace)
             stamp = seen.first_delete_after[first]

@@ -19,6 +19,7 @@ import api.v1 as v1
 from runtime.client import client as client_
 from runtime.client import errors
 from runtime.testing import controlplane
+from tests.integration import helpers
 from tests.integration import rayservice_harness as h
 from tests.support import raysim
 
@@ -144,7 +145,7 @@ async def test_a_slow_dashboard_neither_hogs_the_worker_nor_delays_its_neighbour
         async def submitted(since: dict[str, int] = puts) -> bool:
             return h.serve_puts(sim, since=since).get(demo_ip, 0) >= 1
 
-        await h.until(submitted, 30, "the neighbour's new config at its head")
+        await helpers.eventually(submitted, 30, "the neighbour's new config at its head")
         latencies.append(time.monotonic() - changed_at)
         await asyncio.sleep(3)
     window = time.monotonic() - window_start

@@ -275,9 +275,9 @@ def test_role_is_the_merged_declarations() -> None:
     assert granted[("discovery.k8s.io", "endpointslices")] == {"list", "watch"}  # cached only
     # patch on pods: the RayService's head pod label (and the autoscaler's Role grants it)
     assert granted[("", "pods")] == {"get", "list", "watch", "create", "delete", "patch"}
-    # read by GET, never list/watched cluster-wide (issue 27)
+    # read by GET, never list/watched cluster-wide (no cluster-wide read of RBAC)
     assert granted[("rbac.authorization.k8s.io", "roles")] == {"get", "create"}
-    # proxy subresources only in the proxy mode's own ClusterRole (issue 27)
+    # proxy subresources only in the proxy mode's own ClusterRole
     assert ("", "services/proxy") not in granted
     assert ("", "pods/proxy") not in granted
     proxy = yaml.safe_load((ROOT / "config/overlays/kubernetes-proxy/proxy_role.yaml").read_text())

@@ -1,4 +1,4 @@
-"""Every test asserts something that could fail (issue 16).
+"""Every test asserts something that could fail.
 
 An AST scan over ``tests/``:
 

@@ -1,4 +1,4 @@
-"""Issue 9: the controller engine never leaks a worker, never loses one silently,
+"""The controller engine never leaks a worker, never loses one silently,
 recognises wrapped terminal errors, stops while waiting for caches, and rejects
 duplicate controller names."""
 
@@ -20,7 +20,7 @@ _names = itertools.count()
 Handler = Callable[[reconcile.Request], Awaitable[reconcile.Result | None]]
 
 
-def unique(prefix: str = "engine-hardening") -> str:
+def unique(prefix: str = "engine-workers") -> str:
     return f"{prefix}-{next(_names)}"
 
 

@@ -1,4 +1,4 @@
-"""Failure paths of the runtime's smaller pieces (issue 16): what the other tests left out.
+"""Edges of the runtime's smaller pieces.
 
 The event recorder's dedupe window, full queue and server-side expiry; a controller whose
 workers end before it was stopped; work cancelled from within; a key woken and cancelled

@@ -1,4 +1,4 @@
-"""The manager's supervision, leader election and shutdown, on the fake client (issue 9)."""
+"""The manager's supervision, leader election and shutdown, on the fake client."""
 
 from __future__ import annotations
 

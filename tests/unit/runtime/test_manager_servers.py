@@ -1,6 +1,4 @@
-"""Failure paths of the manager and the leader elector, in-process on the fake client (issue 16).
-
-What issue 9's tests (test_manager_hardening.py, test_leaderelection.py) leave out: the probe
+"""The manager's servers and edges, in-process on the fake client: the probe
 and metrics servers over real HTTP, a cache-sync timeout, runnables that are cancelled or
 end on their own, a runnable that ignores cancellation (the lease is then kept), a stop while
 waiting to lead, :func:`runtime.manager.serve`'s exit codes and signal handling, and the

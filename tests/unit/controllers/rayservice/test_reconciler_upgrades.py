@@ -1,4 +1,5 @@
-"""controllers.rayservice.reconciler: cases found in a review against issue 13 and KubeRay v1.5.0.
+"""controllers.rayservice.reconciler through upgrades, rollbacks, crashes between writes and
+clusters that hold on: where zero downtime is won or lost.
 
 Each test states the behaviour it expects; the scenarios reuse the fake API server
 and fake dashboards of :mod:`tests.unit.controllers.rayservice.scenario` (the RayCluster
@@ -61,7 +62,7 @@ async def release(env: Env, cluster: str) -> None:
     await env.synced()
 
 
-# -- defects -------------------------------------------------------------------------------
+# -- crashes between writes, stale annotations, foreign objects -----------------------------
 
 
 async def test_a_served_service_whose_endpoints_drop_is_not_timed_out(env: Env) -> None:
@@ -115,7 +116,7 @@ async def test_validation_failure_on_a_serving_service_keeps_what_it_knows(env: 
 
 
 async def test_a_foreign_service_does_not_erase_the_active_cluster_from_status(env: Env) -> None:
-    """Same defect on the ``ServiceNotOwned`` path: the serve service replaced by someone
+    """The same on the ``ServiceNotOwned`` path: the serve service replaced by someone
     else's object while the head service still selects our serving cluster."""
     name = await env.converge_first_cluster()
     await env.client.delete(SERVICES, "ns", "demo-serve-svc")
@@ -199,8 +200,7 @@ async def test_new_serve_config_is_not_put_on_the_old_cluster_while_the_pending_
 async def test_no_serve_config_does_not_poll_at_two_seconds_forever(env: Env) -> None:
     """Without ``serveConfigV2`` nothing is ever deployed, so the service can never be
     Ready (validation.py's docstring); polling its dashboard every 2 s would cost 30
-    GETs a minute per such service, forever. (Was a defect at 636e4ec; the lead's
-    working tree no longer polls such a cluster.)"""
+    GETs a minute per such service, forever."""
     body = rayservice()
     del body["spec"]["serveConfigV2"]
     await env.client.create(body)
@@ -302,7 +302,7 @@ async def test_a_refused_config_is_visible_in_the_status(env: Env) -> None:
     assert "import_path required" in repr(svc["status"])
 
 
-# -- checked: no defect (kept as regression tests) -----------------------------------------
+# -- upgrades that change course -------------------------------------------------------------
 
 
 async def test_a_pending_cluster_replaced_mid_upgrade_never_leaves_two(env: Env) -> None:

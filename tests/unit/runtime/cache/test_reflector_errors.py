@@ -1,4 +1,5 @@
-"""Reflector and write-through hardening: surviving any error, tombstones, relists, copies."""
+"""The reflector and write-through under errors: surviving any error, tombstones, relists,
+copies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 9, controller half, against the real API server: re-parenting an owned object wakes
+"""The controller against the real API server: re-parenting an owned object wakes
 both owners, and a stop while the caches cannot sync (the kind is not served) is prompt."""
 
 from __future__ import annotations

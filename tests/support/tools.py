@@ -11,7 +11,7 @@ import pytest
 
 __all__ = ["ROOT", "built"]
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def built(script: str) -> pathlib.Path:

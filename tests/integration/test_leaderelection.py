@@ -1,4 +1,4 @@
-"""Leader election races against the real API server (issue 16): its 409s decide them.
+"""Leader election races against the real API server: its 409s decide them.
 
 Two candidates that read an expired Lease at the same resourceVersion both try to take
 it over; kube-apiserver lets exactly one update through. A leader whose Lease was taken

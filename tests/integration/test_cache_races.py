@@ -1,4 +1,4 @@
-"""Cache hardening against the real API server: big objects, finalizer deletes racing our own
+"""The cache against the real API server: big objects, finalizer deletes racing our own
 writes, lists racing write-through, and label selectors the server and the cache agree on."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import controlplane
 from tests.integration import helpers
-from tests.unit.cache import test_selector
+from tests.support import selectors
 
 CM = resources.default_registry.for_kind("v1", "ConfigMap")
 MIB = 1024 * 1024
@@ -171,9 +171,9 @@ async def test_label_selectors_are_accepted_and_matched_as_by_the_server(
     for name, labels in labelled.items():
         await client.create(configmap(name, metadata={"name": name, "labels": labels}),
                             namespace=namespace)  # fmt: skip
-    selectors = sorted({*test_selector.REJECTED, *(text for text, _, _ in test_selector.ACCEPTED)})
+    texts = sorted({*selectors.REJECTED, *(text for text, _, _ in selectors.ACCEPTED)})
     disagreements = []
-    for text in selectors:
+    for text in texts:
         try:
             listed = await client.list(CM, namespace, label_selector=text)
             server: set[str] | str = {o["metadata"]["name"] for o in listed.items}

@@ -1,4 +1,4 @@
-"""The manager's leader election and shutdown against the real control plane (issue 9):
+"""The manager's leader election and shutdown against the real control plane:
 the deployed RBAC, a forbidden lease, a partitioned leader, a second SIGTERM."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ async def test_the_deployed_manager_leads_from_its_own_namespace(
             metrics_bind_address="0",
             health_probe_bind_address="0",
             leader_election=True,
-            leader_election_id="hardening-deployed",
+            leader_election_id="lease-deployed",
         ),
     )
     leading = Leading()
@@ -120,11 +120,11 @@ async def test_the_deployed_manager_leads_from_its_own_namespace(
     try:
         await asyncio.wait_for(leading.running.wait(), 30)
         assert manager.elector is not None
-        lease = await client.get(LEASES, namespace, "hardening-deployed")
+        lease = await client.get(LEASES, namespace, "lease-deployed")
         assert lease["spec"]["holderIdentity"] == manager.elector.options.identity
         stop.set()
         await asyncio.wait_for(asyncio.shield(task), 30)
-        released = await client.get(LEASES, namespace, "hardening-deployed")
+        released = await client.get(LEASES, namespace, "lease-deployed")
         assert released["spec"].get("holderIdentity") is None
     finally:
         await stop_manager(task, stop)
@@ -144,7 +144,7 @@ async def test_a_forbidden_lease_is_an_error_counted_and_the_standby_stays_ready
             metrics_bind_address="127.0.0.1:0",
             health_probe_bind_address="127.0.0.1:0",
             leader_election=True,
-            leader_election_id="hardening-forbidden",
+            leader_election_id="lease-forbidden",
             leader_election_namespace="default",  # RBAC grants leases only in `namespace`
             lease_duration=2,
             renew_deadline=1.5,
@@ -153,7 +153,7 @@ async def test_a_forbidden_lease_is_an_error_counted_and_the_standby_stays_ready
     )
     leading = Leading()
     manager.add(leading)
-    labels = {"name": "hardening-forbidden", "operation": "get", "reason": "Forbidden"}
+    labels = {"name": "lease-forbidden", "operation": "get", "reason": "Forbidden"}
 
     def forbidden_attempts() -> float:
         return metrics.registry.get_sample_value("leader_election_errors_total", labels) or 0
@@ -170,10 +170,10 @@ async def test_a_forbidden_lease_is_an_error_counted_and_the_standby_stays_ready
             assert status == 200, f"a standby is ready: {text}"
             _, text = await http_get(f"http://127.0.0.1:{manager.metrics_address[1]}/metrics")
             assert (
-                'leader_election_errors_total{name="hardening-forbidden",operation="get",'
+                'leader_election_errors_total{name="lease-forbidden",operation="get",'
                 'reason="Forbidden"}' in text
             )
-            assert 'leader_election_master_status{name="hardening-forbidden"} 0.0' in text
+            assert 'leader_election_master_status{name="lease-forbidden"} 0.0' in text
             assert not leading.running.is_set()
         finally:
             await stop_manager(task, stop)
@@ -231,7 +231,7 @@ async def test_a_leader_that_loses_its_lease_stops_reconciling_at_once(
     error: Callable[[], Exception],
 ) -> None:
     assert control_plane.kubeconfig is not None
-    name = f"hardening-{type(error()).__name__.lower()}"
+    name = f"lease-{type(error()).__name__.lower()}"
     timings = {"lease_duration": 2, "renew_deadline": 1.5, "retry_period": 0.2}
 
     def options() -> runtime.ManagerOptions:

@@ -14,9 +14,9 @@ from runtime.cache import cache as cache_
 from runtime.client import client as client_
 from runtime.client import errors
 from runtime.testing import controlplane
-from tests.integration import conftest, helpers
+from tests.integration import helpers
 
-WIDGETS = conftest.WIDGETS
+WIDGETS = helpers.WIDGETS
 
 
 def widget(name: str, size: int) -> dict[str, Any]:
@@ -32,9 +32,9 @@ async def test_another_clients_changes_reach_the_cache_once_each_in_order(
     control_plane: controlplane.ControlPlane, client: client_.Client, namespace: str
 ) -> None:
     other = await client_.Client.from_kubeconfig(control_plane.kubeconfig)
-    other.registry.register(WIDGETS)
+    other.registry.register(helpers.WIDGETS)
     cache = cache_.Cache(client, namespace=namespace, debug=True)
-    informer = cache.informer(WIDGETS)
+    informer = cache.informer(helpers.WIDGETS)
     seen: list[tuple[str, str, str]] = []
     informer.add_handler(lambda e: seen.append((e.obj["metadata"]["name"], e.type, rv(e.obj))))  # type: ignore[arg-type]
     key = f"{namespace}/w"
@@ -54,7 +54,7 @@ async def test_another_clients_changes_reach_the_cache_once_each_in_order(
         changed["status"] = {"phase": "Ready"}
         with_status = await other.update_status(changed)
         await cached_at(rv(with_status), "their status write")  # type: ignore[arg-type]
-        cached = await cache.get(WIDGETS, namespace, "w")
+        cached = await cache.get(helpers.WIDGETS, namespace, "w")
         assert cached["status"] == {"phase": "Ready"}
         assert cached["metadata"]["generation"] == 2
 
@@ -65,7 +65,7 @@ async def test_another_clients_changes_reach_the_cache_once_each_in_order(
         ours = await client.update(mine)
         assert rv(informer.store.get(key)) == rv(ours)
         # They write on top of ours; our next write, from the copy we had, conflicts.
-        theirs = await other.get(WIDGETS, namespace, "w")
+        theirs = await other.get(helpers.WIDGETS, namespace, "w")
         theirs["spec"]["size"] = 4
         theirs = await other.update(theirs)
         await cached_at(rv(theirs), "their write after ours")  # type: ignore[arg-type]
@@ -75,10 +75,10 @@ async def test_another_clients_changes_reach_the_cache_once_each_in_order(
             await client.update(stale)
         assert informer.store.get(key)["spec"]["size"] == 4  # type: ignore[index]
 
-        await other.delete(WIDGETS, namespace, "w")
+        await other.delete(helpers.WIDGETS, namespace, "w")
         await helpers.eventually(lambda: key not in informer.store, 30, "their delete")
         with pytest.raises(errors.NotFound):
-            await cache.get(WIDGETS, namespace, "w")
+            await cache.get(helpers.WIDGETS, namespace, "w")
         # One stream, in order: once a later object arrived, every event for "w" has.
         await other.create(widget("marker", 1), namespace=namespace)
         await helpers.eventually(lambda: f"{namespace}/marker" in informer.store, 30, "marker")
