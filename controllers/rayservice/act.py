@@ -24,7 +24,6 @@ reads the cluster's annotations and the Services again and carries on):
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -119,9 +118,7 @@ class Executor:
         else:
             name = op.desired["metadata"]["name"]
             try:
-                await self.client.create(
-                    copy.deepcopy(op.desired), namespace=op.desired["metadata"]["namespace"]
-                )
+                await self.client.create(op.desired, namespace=op.desired["metadata"]["namespace"])
             except errors.AlreadyExists:
                 return  # the cache had not seen it yet; the watch will bring it
             self.recorder.event(

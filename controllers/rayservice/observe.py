@@ -207,7 +207,7 @@ async def _serve_view(
             cluster=name, head=head, failure=failure, spent=time.monotonic() - started
         )
     healthy = None
-    if _may_relabel(service, head, details):
+    if plan_.asks_proxy(service, head, details):
         healthy = await client.serve_proxy_healthy(head)
     return plan_.ServeView(
         cluster=name,
@@ -217,13 +217,3 @@ async def _serve_view(
         proxy_healthy=healthy,
         spent=time.monotonic() - started,
     )
-
-
-def _may_relabel(service: Mapping[str, Any], head: Obj, details: dashboard.ServeDetails) -> bool:
-    """Whether the head's Serve proxy must be asked: not when the head is excluded
-    from the serve service, nor when Serve reports it HEALTHY and the label says so."""
-    if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
-        return False
-    current = (head["metadata"].get("labels") or {}).get(raycluster.SERVE_LABEL)
-    reported = plan_.proxy_status(details, (head.get("status") or {}).get("podIP"))
-    return not (reported == "HEALTHY" and current == "true")

@@ -72,6 +72,7 @@ __all__ = [
     "Snapshot",
     "Submit",
     "UpdateInPlace",
+    "asks_proxy",
     "plan",
     "proxy_status",
     "roles",
@@ -717,6 +718,19 @@ def _route(snapshot: Snapshot, target: Obj, active: Obj | None, now: datetime.da
     return _Routing(stamp, tuple(points), switched)
 
 
+def asks_proxy(
+    service: Mapping[str, Any], head: Mapping[str, Any], details: dashboard.ServeDetails
+) -> bool:
+    """Whether the head's Serve proxy must be asked for its health (``/-/healthz``): not
+    when the head is excluded from the serve service (its label is ``false`` anyway),
+    nor when Serve reports it ``HEALTHY`` and the label already says so."""
+    if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
+        return False
+    current = (head["metadata"].get("labels") or {}).get(raycluster.SERVE_LABEL)
+    reported = proxy_status(details, (head.get("status") or {}).get("podIP"))
+    return not (reported == "HEALTHY" and current == "true")
+
+
 def _relabel(service: Mapping[str, Any], view: ServeView) -> Relabel | None:
     """The head pod's ``ray.io/serve`` follows its Serve proxy (``false`` when the head
     is excluded from the serve service); None when it already does."""
@@ -725,7 +739,7 @@ def _relabel(service: Mapping[str, Any], view: ServeView) -> Relabel | None:
     if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
         want = "false"
     elif view.proxy_healthy is None:
-        return None  # Serve reports it HEALTHY and the label says so
+        return None  # not asked: Serve reports it HEALTHY and the label says so (asks_proxy)
     else:
         want = "true" if view.proxy_healthy else "false"
     return None if current == want else Relabel(head, want)

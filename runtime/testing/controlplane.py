@@ -199,11 +199,7 @@ class _Process:
         return self.popen is not None and self.popen.poll() is None
 
     def tail(self, lines: int = 25) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return process.tail(self.log_path, lines)
 
     def check_alive(self) -> None:
         if self.popen is not None and self.popen.poll() is not None:

@@ -33,7 +33,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
-__all__ = ["ChildExited", "ChildProcess", "die_with_parent"]
+__all__ = ["ChildExited", "ChildProcess", "die_with_parent", "tail"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -43,6 +43,15 @@ def die_with_parent() -> None:
     ``PR_SET_PDEATHSIG``; elsewhere nothing)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def tail(path: pathlib.Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of the text file ``path`` (empty when it cannot be read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 class ChildExited(RuntimeError):
@@ -82,11 +91,7 @@ class ChildProcess:
 
     def tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of its output."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return tail(self.log_path, lines)
 
     def check_alive(self) -> None:
         """:class:`ChildExited` if it has exited."""

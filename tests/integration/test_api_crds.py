@@ -23,7 +23,7 @@ CRD_DIR = ROOT / "config/crd/bases"
 SAMPLES = sorted(
     p for p in (ROOT / "config/samples").glob("*.yaml") if p.name != "kustomization.yaml"
 )
-KUBERAY = sorted((ROOT / "tests/unit/api/testdata").glob("kuberay_*.yaml"))
+KUBERAY = sorted((ROOT / "tests/unit/api/v1/testdata").glob("kuberay_*.yaml"))
 MODELS = {"RayCluster": v1.RayCluster, "RayService": v1.RayService}
 RESOURCES = {"RayCluster": v1.RAYCLUSTERS, "RayService": v1.RAYSERVICES}
 OPERATOR_NAMESPACE = "rayservice-operator-system"
