@@ -9,10 +9,11 @@ reads the cluster's annotations and the Services again and carries on):
    then deletions), each with its Event once it succeeded (a cluster already gone,
    or replaced, is skipped quietly; a create that finds the name taken leaves it to
    the watch);
-3. the Serve config PUT, then its hash annotation (a crash between them is caught by
-   the next pass, which sees the dashboard runs that config), then the head pod's
-   ``ray.io/serve`` label. A PUT that fails writes the status with Serve's answer and
-   raises (a timed-out PUT quietly: Ray may still be deploying it);
+3. the Serve config PUT, then its hash annotation (a crash between them is caught by the
+   next pass, which sees the dashboard runs that config), then the head pod's
+   ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then). A PUT
+   that fails writes the status with Serve's answer and raises (a timed-out PUT quietly:
+   Ray may still be deploying it);
 4. the old active cluster's ``delete-after``, **before** traffic leaves it; then the
    head Service and the serve Service, and ``SwitchedTraffic``;
 5. the status, through the status writer (no write when nothing changed; a spec
@@ -160,10 +161,16 @@ class Executor:
 
     async def _relabel(self, relabel: plan_.Relabel) -> None:
         meta = relabel.pod["metadata"]
+        value = relabel.value
+        if value is None:  # from the proxy, now that the config is submitted
+            assert relabel.client is not None
+            value = "true" if await relabel.client.serve_proxy_healthy(relabel.pod) else "false"
+            if (meta.get("labels") or {}).get(raycluster.SERVE_LABEL) == value:
+                return
         with contextlib.suppress(errors.NotFound):  # gone since the cache looked
             await self.client.patch(
                 raycluster.PODS, meta["namespace"], meta["name"],
-                {"metadata": {"labels": {raycluster.SERVE_LABEL: relabel.value}}},
+                {"metadata": {"labels": {raycluster.SERVE_LABEL: value}}},
             )  # fmt: skip
 
     async def _point(self, point: plan_.Point) -> None:

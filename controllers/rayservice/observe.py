@@ -99,7 +99,13 @@ async def observe(
         snapshot = dataclasses.replace(snapshot, names_in_use=await _names(cache, service))
     if decided.target is not None and checked.serve_config:
         view = await _serve_view(
-            cache, dashboards, decided.target, service, address_mode, cluster_domain
+            cache,
+            dashboards,
+            decided.target,
+            service,
+            checked.serve_config,
+            address_mode,
+            cluster_domain,
         )
         snapshot = dataclasses.replace(snapshot, serve=view)
     return snapshot
@@ -166,6 +172,7 @@ async def _serve_view(
     dashboards: dashboard.DashboardFactory,
     cluster: Mapping[str, Any],
     service: Mapping[str, Any],
+    serve_config: Mapping[str, Any],
     mode: dashboard.Mode,
     cluster_domain: str,
 ) -> plan_.ServeView | None:
@@ -207,7 +214,9 @@ async def _serve_view(
             cluster=name, head=head, failure=failure, spent=time.monotonic() - started
         )
     healthy = None
-    if plan_.asks_proxy(service, head, details):
+    if plan_.asks_proxy(service, head, details) and not plan_.submits(
+        cluster, details, serve_config
+    ):  # a config about to be submitted starts the proxy: it is asked after the PUT
         healthy = await client.serve_proxy_healthy(head)
     return plan_.ServeView(
         cluster=name,

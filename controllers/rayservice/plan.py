@@ -76,6 +76,7 @@ __all__ = [
     "plan",
     "proxy_status",
     "roles",
+    "submits",
 ]
 
 Obj = dict[str, Any]
@@ -204,10 +205,13 @@ class Annotate:
 
 @dataclasses.dataclass(frozen=True)
 class Relabel:
-    """Set the head pod's ``ray.io/serve`` label to ``value``."""
+    """Set the head pod's ``ray.io/serve`` label to ``value``; with no ``value``, to what
+    its Serve proxy answers ``client`` once the config is submitted (the PUT starts the
+    proxy: asked before it, it would say no for one more poll)."""
 
     pod: Obj
-    value: str
+    value: str | None
+    client: dashboard.DashboardClient | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -568,12 +572,14 @@ def _converge(
             have = (target["metadata"].get("annotations") or {}).get(
                 clusters.SERVE_CONFIG_ANNOTATION
             )
-            if have != want or not details.applications:
-                if not _runs(details, serve_config):
-                    submit = Submit(view.cluster, view.client, serve_config)
-                if have != want:
-                    serve_annotation = Annotate(target, {clusters.SERVE_CONFIG_ANNOTATION: want})
-            relabel = _relabel(service, view)
+            if submits(target, details, serve_config):
+                submit = Submit(view.cluster, view.client, serve_config)
+            if have != want:
+                serve_annotation = Annotate(target, {clusters.SERVE_CONFIG_ANNOTATION: want})
+            if submit is not None and asks_proxy(service, view.head, details):
+                relabel = Relabel(view.head, None, view.client)  # asked after the PUT
+            else:
+                relabel = _relabel(service, view)
             apps = status_.applications(details)
             ready = (
                 submit is None
@@ -716,6 +722,19 @@ def _route(snapshot: Snapshot, target: Obj, active: Obj | None, now: datetime.da
         if changed is not None:
             points.append(Point(current, changed))
     return _Routing(stamp, tuple(points), switched)
+
+
+def submits(
+    cluster: Mapping[str, Any], details: dashboard.ServeDetails, serve_config: Mapping[str, Any]
+) -> bool:
+    """Whether ``serve_config`` is to be PUT to ``cluster``: its ``serve-config-hash`` is
+    another config's (or absent), or Serve runs no application (a restarted head) - unless
+    Serve already runs exactly this config (a PUT made before a crash)."""
+    want = clusters.serve_config_hash(serve_config)
+    have = (cluster["metadata"].get("annotations") or {}).get(clusters.SERVE_CONFIG_ANNOTATION)
+    if have == want and details.applications:
+        return False
+    return not _runs(details, serve_config)
 
 
 def asks_proxy(

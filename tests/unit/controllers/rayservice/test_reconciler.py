@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+from typing import Any
 
 import pytest
 
@@ -298,6 +299,31 @@ async def test_head_serve_label_follows_proxy_health(env: Env) -> None:
     await env.reconcile()
     pod = await env.client.get(scenario.PODS, "ns", f"{name}-head-x")
     assert pod["metadata"]["labels"]["ray.io/serve"] == "false"
+
+
+async def test_the_pass_that_submits_asks_the_proxy_after_the_put(env: Env) -> None:
+    """Ray starts the Serve proxy on the first PUT: asked before it, the proxy would
+    say no and the head would join the serve service a poll later. So the pass that
+    submits asks once, after the PUT, and labels the head from that answer."""
+    await env.client.create(scenario.rayservice())
+    await env.synced()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name)
+    fake = env.fake(name)
+    fake.proxy_healthy = False
+    put = fake.put_serve_applications
+
+    async def put_starts_the_proxy(config: Any) -> None:
+        await put(config)
+        fake.proxy_healthy = True
+
+    fake.put_serve_applications = put_starts_the_proxy  # type: ignore[method-assign]
+    await env.reconcile()  # the PUT
+    assert len(fake.submitted) == 1
+    assert len(fake.health_checks) == 1, "asked once, after the PUT"
+    pod = await env.client.get(scenario.PODS, "ns", f"{name}-head-x")
+    assert pod["metadata"]["labels"]["ray.io/serve"] == "true"
 
 
 async def test_suspend_deletes_clusters_and_resume_recreates(env: Env) -> None:
