@@ -64,6 +64,7 @@ __all__ = [
     "Memory",
     "Plan",
     "Point",
+    "Poll",
     "Relabel",
     "Roles",
     "ServeFailed",
