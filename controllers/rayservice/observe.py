@@ -213,9 +213,10 @@ async def _serve_view(
         return plan_.ServeView(
             cluster=name, head=head, failure=failure, spent=time.monotonic() - started
         )
+    config_hash = clusters.serve_config_hash(serve_config)  # once per polled pass
     healthy = None
     if plan_.asks_proxy(service, head, details) and not plan_.submits(
-        cluster, details, serve_config
+        cluster, details, serve_config, config_hash
     ):  # a config about to be submitted starts the proxy: it is asked after the PUT
         healthy = await client.serve_proxy_healthy(head)
     return plan_.ServeView(
@@ -225,4 +226,5 @@ async def _serve_view(
         details=details,
         proxy_healthy=healthy,
         spent=time.monotonic() - started,
+        config_hash=config_hash,
     )

@@ -117,6 +117,9 @@ class ServeView:
     """Why the dashboard was not read (an untrusted head Service, an error)."""
     spent: float = 0.0
     """Seconds the dashboard took to answer."""
+    config_hash: str | None = None
+    """:func:`controllers.rayservice.clusters.serve_config_hash` of the Serve config,
+    computed once where it is needed first (None: the plan computes it)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -554,7 +557,7 @@ def _converge(
     # cluster keeps its config, which belongs with its own image).
     target = pending if decided.need_new else active
     target_name = target["metadata"]["name"] if target is not None else None
-    view = snapshot.serve if snapshot.serve is not None else None
+    view = snapshot.serve
     if view is not None and view.cluster != target_name:
         view = None
     serve_config = snapshot.validated.serve_config
@@ -569,11 +572,11 @@ def _converge(
             failure = view.failure
         else:
             details = view.details
-            want = clusters.serve_config_hash(serve_config)
+            want = view.config_hash or clusters.serve_config_hash(serve_config)
             have = (target["metadata"].get("annotations") or {}).get(
                 clusters.SERVE_CONFIG_ANNOTATION
             )
-            if submits(target, details, serve_config):
+            if submits(target, details, serve_config, want):
                 submit = Submit(view.cluster, view.client, serve_config)
             if have != want:
                 serve_annotation = Annotate(target, {clusters.SERVE_CONFIG_ANNOTATION: want})
@@ -726,12 +729,15 @@ def _route(snapshot: Snapshot, target: Obj, active: Obj | None, now: datetime.da
 
 
 def submits(
-    cluster: Mapping[str, Any], details: dashboard.ServeDetails, serve_config: Mapping[str, Any]
+    cluster: Mapping[str, Any],
+    details: dashboard.ServeDetails,
+    serve_config: Mapping[str, Any],
+    want: str,
 ) -> bool:
-    """Whether ``serve_config`` is to be PUT to ``cluster``: its ``serve-config-hash`` is
-    another config's (or absent), or Serve runs no application (a restarted head) - unless
-    Serve already runs exactly this config (a PUT made before a crash)."""
-    want = clusters.serve_config_hash(serve_config)
+    """Whether ``serve_config`` (its hash ``want``) is to be PUT to ``cluster``: its
+    ``serve-config-hash`` is another config's (or absent), or Serve runs no application
+    (a restarted head) - unless Serve already runs exactly this config (a PUT made before
+    a crash)."""
     have = (cluster["metadata"].get("annotations") or {}).get(clusters.SERVE_CONFIG_ANNOTATION)
     if have == want and details.applications:
         return False
