@@ -412,6 +412,15 @@ class Traffic:
 
         await until(answered, within, f"{count} requests in a row answered")
 
+    async def wait_targets(self, count: int, within: float = 30.0) -> None:
+        """Until requests went to ``count`` distinct endpoints (Ready needs one serving
+        endpoint; the others join the Service when their own readiness says so)."""
+
+        async def spread() -> bool:
+            return len(self.targets) >= count
+
+        await until(spread, within, f"requests sent to {count} endpoints")
+
     async def wait_requests(self, count: int, within: float = 30.0) -> None:
         start = self.ok
 

@@ -100,6 +100,7 @@ async def test_the_sample_becomes_ready_and_answers_requests(
     assert obj["status"]["numServeEndpoints"] >= 1
     async with traffic(api, world, namespace) as t:
         await t.wait_requests(40)
+        await t.wait_targets(2)  # the worker may join the serve Service after Ready
     no_failures(t)
     assert len(t.targets) == 2, t.targets  # the head and the worker both serve
 
