@@ -18,6 +18,11 @@
   ``rich`` pretty-printing costs tens of milliseconds per logged failure, which
   a controller failing for thousands of keys cannot afford).
 
+- ``file=`` also writes every line to a file, in its own format (``file_format``,
+  JSON by default), rotated at 500 MB with 10 old files kept (KubeRay's
+  ``--log-file-path``). Both outputs then go through the stdlib handlers, which
+  costs more per line than stderr alone: use it where the file is needed.
+
 Calling :func:`configure` again replaces the previous set-up (no duplicated
 handlers).
 """
@@ -25,6 +30,8 @@ handlers).
 from __future__ import annotations
 
 import logging
+import logging.handlers
+import os
 import sys
 from typing import Literal, TextIO
 
@@ -36,10 +43,22 @@ Format = Literal["auto", "json", "console"]
 Level = Literal["debug", "info", "warning", "error"]
 
 _HANDLER_NAME = "runtime.log"
+_FILE_HANDLER_NAME = "runtime.log.file"
+_FILE_MAX_BYTES = 500 * 1024 * 1024
+_FILE_BACKUPS = 10
 
 
-def configure(format: Format = "auto", level: Level = "info") -> None:
-    """Configure structlog and stdlib logging for the whole process (see the module docstring)."""
+def configure(
+    format: Format = "auto",
+    level: Level = "info",
+    *,
+    file: str | os.PathLike[str] | None = None,
+    file_format: Literal["json", "console"] = "json",
+) -> None:
+    """Configure structlog and stdlib logging for the whole process (see the module docstring).
+
+    ``file``: also write every line there, as ``file_format`` (``OSError`` when it
+    cannot be opened)."""
     if format == "auto":
         format = "console" if sys.stderr.isatty() else "json"
     numeric_level = getattr(logging, level.upper())
@@ -50,38 +69,61 @@ def configure(format: Format = "auto", level: Level = "info") -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
     ]
-    if format == "json":
-        final: list[structlog.typing.Processor] = [
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ]
-    else:
-        final = [
-            structlog.dev.ConsoleRenderer(
-                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
-            )
-        ]
-    formatter = structlog.stdlib.ProcessorFormatter(
-        # Records from stdlib loggers get the same fields structlog's get before rendering.
-        foreign_pre_chain=[structlog.stdlib.ExtraAdder(), *shared],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
-    )
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(formatter)
+    handler.setFormatter(_formatter(shared, _renderers(format, sys.stderr.isatty())))
+    handlers: list[logging.Handler] = [handler]
+    if file is not None:
+        to_file = logging.handlers.RotatingFileHandler(
+            file, maxBytes=_FILE_MAX_BYTES, backupCount=_FILE_BACKUPS, encoding="utf-8"
+        )
+        to_file.set_name(_FILE_HANDLER_NAME)
+        to_file.setFormatter(_formatter(shared, _renderers(file_format, False)))
+        handlers.append(to_file)
     root = logging.getLogger()
-    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+    for old in [h for h in root.handlers if h.get_name() in (_HANDLER_NAME, _FILE_HANDLER_NAME)]:
         root.removeHandler(old)
-    root.addHandler(handler)
+        old.close()
+    for new in handlers:
+        root.addHandler(new)
     root.setLevel(numeric_level)
+    if file is not None:
+        # Two outputs, two renderings: structlog hands its events to the stdlib handlers.
+        structlog.configure(
+            processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+            wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
+            logger_factory=structlog.stdlib.LoggerFactory(),
+            cache_logger_on_first_use=True,
+        )
+        return
     # structlog loggers render straight to stderr (a stdlib round trip per line would
     # more than double the cost of a log call); stdlib records take the handler above.
     stream = sys.stderr
     structlog.configure(
-        processors=[*shared, *final],
+        processors=[*shared, *_renderers(format, sys.stderr.isatty())],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
         logger_factory=lambda *args: _NamedWriteLogger(stream, str(args[0]) if args else ""),
         cache_logger_on_first_use=True,
+    )
+
+
+def _renderers(format: str, colors: bool) -> list[structlog.typing.Processor]:
+    if format == "json":
+        return [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+    return [
+        structlog.dev.ConsoleRenderer(
+            colors=colors, exception_formatter=structlog.dev.plain_traceback
+        )
+    ]
+
+
+def _formatter(
+    shared: list[structlog.typing.Processor], final: list[structlog.typing.Processor]
+) -> structlog.stdlib.ProcessorFormatter:
+    return structlog.stdlib.ProcessorFormatter(
+        # Records from stdlib loggers get the same fields structlog's get before rendering.
+        foreign_pre_chain=[structlog.stdlib.ExtraAdder(), *shared],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
     )
 
 

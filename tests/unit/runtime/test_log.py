@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 _SCRIPT = textwrap.dedent(
     """
@@ -68,3 +71,36 @@ def test_console_has_stdlib_records_and_plain_tracebacks() -> None:
     assert out.count("Traceback (most recent call last)") == 2
     for box in ("╭", "│"):
         assert box not in out
+
+
+_FILE_SCRIPT = textwrap.dedent(
+    """
+    import logging, sys
+    import structlog
+    from runtime import log
+    log.configure(sys.argv[1], "info", file=sys.argv[2], file_format=sys.argv[3])
+    structlog.get_logger("runtime.controller").info("reconciled", key="ns/a")
+    logging.getLogger("aiohttp.access").warning("GET /metrics 200")
+    structlog.get_logger("runtime.controller").debug("below the level")
+    """
+)
+
+
+def test_a_log_file_gets_every_line_in_its_own_format(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "operator.log"
+    done = subprocess.run(
+        [sys.executable, "-c", _FILE_SCRIPT, "console", str(path), "json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    on_stderr = done.stderr.splitlines()
+    assert len(on_stderr) == 2
+    assert "reconciled" in on_stderr[0]
+    assert "key=ns/a" in on_stderr[0]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(on_stderr[0])  # console on stderr
+    in_file = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["event"], r["logger"]) for r in in_file] == [
+        ("reconciled", "runtime.controller"), ("GET /metrics 200", "aiohttp.access")
+    ]  # fmt: skip
+    assert in_file[0]["key"] == "ns/a"
+    assert in_file[0]["level"] == "info"
