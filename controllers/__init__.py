@@ -13,6 +13,7 @@ from typing import Any
 
 from controllers import raycluster, rayservice
 from controllers.ray import dashboard
+from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
 
 __all__ = ["DashboardCloser", "setup"]
@@ -40,6 +41,7 @@ def setup(
     max_concurrent_reconciles: int = 1,
     dashboards: dashboard.DashboardFactory | None = None,
     rayservice_options: rayservice_reconciler.Options | None = None,
+    raycluster_options: raycluster_reconciler.Options | None = None,
 ) -> list[Any]:
     """Register the reconcilers with ``manager``; returns the controllers built.
 
@@ -49,7 +51,9 @@ def setup(
         dashboards = dashboard.Dashboards(api=manager.client)
         manager.add(DashboardCloser(dashboards))
     return [
-        raycluster.setup(manager, max_concurrent_reconciles=max_concurrent_reconciles),
+        raycluster.setup(
+            manager, max_concurrent_reconciles=max_concurrent_reconciles, options=raycluster_options
+        ),
         rayservice.setup(
             manager,
             dashboards=dashboards,

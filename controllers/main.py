@@ -14,9 +14,36 @@ arguments: ``--metrics-addr`` (``--metrics-bind-address``),
 (``--log-format``); ``--leader-election-namespace``, ``--reconcile-concurrency``,
 ``--health-probe-bind-address``, ``--qps`` and ``--burst`` have one name in both.
 Giving a flag under both names with different values is an error. Boolean flags
-also take Go's ``--flag=true|false`` form. Like KubeRay, the client allows
+also take Go's ``--flag=true|false`` form, and every flag Go's single-dash form
+(``-watch-namespace=a``). Like KubeRay, the client allows
 ``--qps 100`` requests per second with bursts of ``--burst 200``
-(``--qps 0``: no client-side limit).
+(``--qps 0``: no client-side limit), leader election is on unless
+``--leader-elect=false``, and probes are served on ``:8082``.
+
+Every other flag of KubeRay v1.7.0's ``main.go`` is accepted too, so its Helm chart's
+and kustomize manifest's arguments start this binary unchanged:
+
+- ``--feature-gates A=true,B=false`` (:mod:`controllers.features`): KubeRay's gates and
+  defaults; an unknown gate or a non-boolean value exits 2, and the gates whose value
+  this operator does not follow are listed in one warning at start-up.
+- ``--config FILE`` (:mod:`controllers.configuration`): KubeRay's ``Configuration``
+  file. As in KubeRay, its values replace the flags' (except ``--feature-gates`` and the
+  two log encoders, which KubeRay also takes from the flags); a flag it overrides is
+  named in a warning. Its pod defaults (sidecars, env vars, annotations, labels) go
+  into every pod, as KubeRay's do.
+- ``--enable-metrics``: also serve KubeRay's ``kuberay_*`` metrics on ``/metrics``.
+- ``--log-file-path FILE`` / ``--log-file-encoder json|console`` (default json): also
+  log to that file (rotated at 500 MB, 10 kept). ``--zap-log-level`` sets the level
+  as ``--log-level`` does (a number above 0 is ``debug``); ``--zap-devel``,
+  ``--zap-encoder``, ``--zap-stacktrace-level`` and ``--zap-time-encoding`` are
+  accepted and change nothing (KubeRay overrides the encoder from its own flags).
+- ``--forced-cluster-upgrade`` (a no-op in KubeRay too) is accepted with a warning.
+- ``--batch-scheduler NAME`` / ``--enable-batch-scheduler``: no batch scheduler is
+  integrated here, so any value exits 2 naming what is supported (nothing) rather than
+  create pods a gang scheduler would never see; KubeRay's own errors (both flags,
+  an unknown name) come first.
+- ``ENABLE_WEBHOOKS=true`` in the environment is reported: no admission webhooks are
+  served here.
 
 The manager registers every reconciler :func:`controllers.setup` knows, then
 serves ``/metrics`` and ``/healthz``/``/readyz`` and runs until SIGTERM or SIGINT
@@ -46,10 +73,14 @@ import sys
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
+import structlog
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict, SettingsError
 
 import controllers
+from controllers import configuration, features
+from controllers.raycluster import pods as raycluster_pods
+from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
 from runtime import log, manager
 from runtime.client import client as client_
@@ -90,7 +121,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description="watch only these namespaces (repeatable, or comma-separated); default all",
     )
-    leader_elect: bool = Field(False, description="run only while holding the leader Lease")
+    leader_elect: bool = Field(True, description="run only while holding the leader Lease")
     leader_election_id: str = Field("rayservice-operator-leader", description="Lease name")
     leader_election_namespace: str | None = Field(
         None,
@@ -99,7 +130,7 @@ class Settings(BaseSettings):
     )
     metrics_bind_address: str = Field(":8080", description="host:port for /metrics; 0 disables")
     health_probe_bind_address: str = Field(
-        ":8081", description="host:port for /healthz and /readyz; 0 disables"
+        ":8082", description="host:port for /healthz and /readyz; 0 disables"
     )
     reconcile_concurrency: int = Field(1, ge=1, le=256, description="workers per controller")
     qps: float = Field(100, ge=0, description="client-side requests per second; 0: no limit")
@@ -117,9 +148,27 @@ class Settings(BaseSettings):
         10.0, ge=2.0, description="longest seconds between Serve polls of a ready RayService"
     )
 
+    feature_gates: str = Field(
+        "", description="KubeRay's feature gates, Name=true|false,... (default: its defaults)"
+    )
+    config: pathlib.Path | None = Field(
+        None, description="KubeRay's Configuration file; its values replace the flags'"
+    )
+    enable_metrics: bool = Field(False, description="also serve KubeRay's kuberay_* metrics")
+    log_file_path: pathlib.Path | None = Field(None, description="also log to this file")
+    log_file_encoder: Literal["json", "console"] = Field("json", description="its format")
+    forced_cluster_upgrade: bool = Field(False, description="no effect (as in KubeRay)")
+    batch_scheduler: str = Field("", description="not supported: any value is an error")
+    enable_batch_scheduler: bool = Field(False, description="not supported (KubeRay: volcano)")
+    zap_log_level: str | None = Field(None, description="as --log-level (a number > 0: debug)")
+    zap_devel: bool = Field(False, description="accepted, no effect")
+    zap_encoder: Literal["json", "console"] | None = Field(None, description="accepted, no effect")
+    zap_stacktrace_level: str | None = Field(None, description="accepted, no effect")
+    zap_time_encoding: str | None = Field(None, description="accepted, no effect")
+
     # KubeRay's names for the flags above (see the module docstring).
     metrics_addr: str | None = Field(None, description="KubeRay's name for --metrics-bind-address")
-    enable_leader_election: bool = Field(False, description="KubeRay's name for --leader-elect")
+    enable_leader_election: bool = Field(True, description="KubeRay's name for --leader-elect")
     watch_namespace: _NAMESPACES = Field(
         default_factory=list, description="KubeRay's name for --namespace (comma-separated)"
     )
@@ -139,6 +188,21 @@ class Settings(BaseSettings):
         if isinstance(value, list):
             return [n.strip() for item in value for n in str(item).split(",") if n.strip()]
         return value
+
+    @field_validator("log_file_path", "config", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        """``--log-file-path ""`` (KubeRay's default) means no file."""
+        return None if value == "" else value
+
+    @field_validator("zap_log_level")
+    @classmethod
+    def _zap_level(cls, value: str | None) -> str | None:
+        if value is None or value in ("debug", "info", "error", "panic", "dpanic", "fatal"):
+            return value
+        if value.isdigit():
+            return value
+        raise ValueError("must be debug, info, error, panic, dpanic, fatal or a positive integer")
 
     @model_validator(mode="after")
     def _kuberay_names(self) -> Settings:
@@ -161,7 +225,45 @@ class Settings(BaseSettings):
                     f"{self.dashboard_address_mode} contradict each other; give one"
                 )
             self.dashboard_address_mode = "kubernetes-proxy"
+        if "zap_log_level" in given and "log_level" not in given and self.zap_log_level:
+            level = self.zap_log_level
+            self.log_level = (
+                "debug" if level == "debug" or (level.isdigit() and int(level) > 0)
+                else "info" if level in ("info", "0") else "error"
+            )  # fmt: skip
+        _check_batch_scheduler(self.enable_batch_scheduler, self.batch_scheduler)
         return self
+
+    @field_validator("feature_gates")
+    @classmethod
+    def _gates(cls, value: str) -> str:
+        features.parse(value)  # an unknown gate or a non-boolean is a bad flag
+        return value
+
+    def gates(self) -> features.Gates:
+        """``--feature-gates`` parsed."""
+        return features.parse(self.feature_gates)
+
+
+_KUBERAY_SCHEDULERS = ("volcano", "yunikorn", "kai-scheduler", "scheduler-plugins")
+
+
+def _check_batch_scheduler(enabled: bool, name: str) -> None:
+    """KubeRay's checks first (its messages), then ours: none is integrated."""
+    if enabled and name:
+        raise ValueError(
+            "--batch-scheduler: both feature flags enable-batch-scheduler (deprecated) and "
+            "batch-scheduler are set. Please use batch-scheduler only"
+        )
+    if name and name not in _KUBERAY_SCHEDULERS:
+        raise ValueError(f"--batch-scheduler: scheduler is not supported, name={name}")
+    if enabled or name:
+        flag = "--batch-scheduler" if name else "--enable-batch-scheduler"
+        raise ValueError(
+            f"{flag}: batch scheduler {name or 'volcano'!r} is not integrated in "
+            "rayservice-operator (supported: none; pods are scheduled by the default "
+            "scheduler without this flag)"
+        )
 
 
 def _flag(field: str) -> str:
@@ -176,10 +278,12 @@ _FALSE = frozenset({"0", "f", "false", "no"})
 
 
 def _go_booleans(argv: Sequence[str]) -> list[str]:
-    """``--flag=true|false`` (Go's form, as KubeRay's deployments write it) as
-    ``--flag`` / ``--no-flag``."""
+    """Go's flag forms, as KubeRay's deployments write them: ``-flag`` as ``--flag``,
+    ``--flag=true|false`` as ``--flag`` / ``--no-flag``."""
     out = []
     for arg in argv:
+        if arg[:1] == "-" and arg[1:2].isalpha():
+            arg = "-" + arg  # Go's -flag
         name, eq, value = arg.partition("=")
         if eq and name.startswith("--") and name[2:] in _BOOLEANS:
             if value.lower() in _TRUE:
@@ -208,6 +312,85 @@ def _fail(message: str) -> int:
     return 2
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _go_booleans(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = CliApp.run(Settings, cli_args=args)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        where = f"{_source(field, args)}: " if field in Settings.model_fields else ""
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return _fail(f"{where}{message}")
+    except SettingsError as exc:
+        return _fail(str(exc))
+    overridden: list[str] = []
+    config: configuration.Configuration | None = None
+    if settings.config is not None:
+        try:
+            config = configuration.load(settings.config)
+            overridden = _apply(config, settings, args)
+        except ValueError as exc:
+            return _fail(f"--config {settings.config}: {exc}")
+    try:
+        log.configure(
+            settings.log_format,
+            settings.log_level,
+            file=settings.log_file_path,
+            file_format=settings.log_file_encoder,
+        )
+    except OSError as exc:
+        return _fail(f"--log-file-path {settings.log_file_path}: {exc.strerror or exc}")
+    return asyncio.run(_run(settings, config, overridden))
+
+
+def _apply(
+    config: configuration.Configuration, settings: Settings, argv: Sequence[str]
+) -> list[str]:
+    """Put ``config``'s values in ``settings`` as KubeRay does (they replace the flags',
+    except the gates and encoders); the flags given that it replaced."""
+    if config.enable_batch_scheduler or config.batch_scheduler:
+        _check_batch_scheduler(config.enable_batch_scheduler, config.batch_scheduler)
+    replaced = {
+        "metrics_bind_address": config.metrics_addr,
+        "health_probe_bind_address": config.probe_addr,
+        "leader_elect": config.enable_leader_election,
+        "leader_election_namespace": config.leader_election_namespace or None,
+        "reconcile_concurrency": config.reconcile_concurrency,
+        "namespace": config.namespaces(),
+        "log_file_path": pathlib.Path(config.log_file) if config.log_file else None,
+        "enable_metrics": config.enable_metrics,
+        "qps": config.qps,
+        "burst": config.burst,
+    }
+    given = settings.model_fields_set
+    ignored = sorted(
+        {f"--{_flag(f)}" for f in replaced if f in given}
+        | {f"--{_flag(k)}" for k, ours in _KUBERAY_NAMES.items() if k in given and ours in replaced}
+    )
+    for field, value in replaced.items():
+        setattr(settings, field, value)
+    if config.use_kubernetes_proxy:
+        settings.dashboard_address_mode = "kubernetes-proxy"
+    return [flag for flag in ignored if any(a.split("=")[0] == flag for a in argv)] or ignored
+
+
+def _report(settings: Settings, overridden: Sequence[str]) -> None:
+    """The feature gates (as KubeRay logs them), and one warning per accepted setting that
+    does less here than in KubeRay."""
+    logger = structlog.get_logger("controllers.main")
+    gates = settings.gates()
+    logger.info(
+        "loaded feature gates", gates=dict(gates.values), not_followed=gates.without_effect()
+    )
+    if overridden:
+        logger.warning("flags ignored: --config replaces them, as in KubeRay", flags=overridden)
+    if settings.forced_cluster_upgrade:
+        logger.warning("--forced-cluster-upgrade has no effect (deprecated in KubeRay too)")
+    if os.environ.get("ENABLE_WEBHOOKS") == "true":
+        logger.warning("ENABLE_WEBHOOKS=true: no admission webhooks are served by this operator")
+
+
 async def _client(settings: Settings) -> client_.Client:
     options = client_.Options(qps=settings.qps or None, burst=settings.burst)
     path = settings.kubeconfig or (
@@ -223,27 +406,16 @@ async def _client(settings: Settings) -> client_.Client:
     return await client_.Client.from_kubeconfig(path, options=options)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _go_booleans(sys.argv[1:] if argv is None else argv)
-    try:
-        settings = CliApp.run(Settings, cli_args=args)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else ""
-        where = f"{_source(field, args)}: " if field in Settings.model_fields else ""
-        message = str(first["msg"]).removeprefix("Value error, ")
-        return _fail(f"{where}{message}")
-    except SettingsError as exc:
-        return _fail(str(exc))
-    log.configure(settings.log_format, settings.log_level)
-    return asyncio.run(_run(settings))
-
-
-async def _run(settings: Settings) -> int:
+async def _run(
+    settings: Settings,
+    config: configuration.Configuration | None = None,
+    overridden: Sequence[str] = (),
+) -> int:
     try:
         client = await _client(settings)
     except Exception as exc:  # kubeconfig missing, unreadable, or invalid
         return _fail(f"cannot load the kubeconfig: {exc}")
+    _report(settings, overridden)
     mgr = manager.Manager(
         client,
         manager.Options(
@@ -259,6 +431,7 @@ async def _run(settings: Settings) -> int:
         mgr,
         max_concurrent_reconciles=settings.reconcile_concurrency,
         rayservice_options=_rayservice_options(settings),
+        raycluster_options=_raycluster_options(config),
     )
     return await manager.serve(mgr)
 
@@ -266,6 +439,23 @@ async def _run(settings: Settings) -> int:
 def _rayservice_options(settings: Settings) -> rayservice_reconciler.Options:
     return rayservice_reconciler.Options(
         address_mode=settings.dashboard_address_mode, serve_poll_max=settings.serve_poll_max
+    )
+
+
+def _raycluster_options(
+    config: configuration.Configuration | None,
+) -> raycluster_reconciler.Options | None:
+    """The pod defaults of KubeRay's Configuration file, if one was given."""
+    if config is None:
+        return None
+    return raycluster_reconciler.Options(
+        pod_defaults=raycluster_pods.PodDefaults(
+            head_sidecars=tuple(config.head_sidecar_containers),
+            worker_sidecars=tuple(config.worker_sidecar_containers),
+            env=tuple(config.default_container_envs),
+            annotations=config.default_pod_annotations,
+            labels=config.default_pod_labels,
+        )
     )
 
 

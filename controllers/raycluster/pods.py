@@ -59,8 +59,16 @@ What KubeRay does to the pod template, and so what these builders do, in order:
 
 Out of scope (KubeRay operator-level switches, left at their defaults):
 ``ENABLE_INIT_CONTAINER_INJECTION``, ``ENABLE_PROBES_INJECTION`` (both on),
-``ENABLE_LOGIN_SHELL`` (off), ``ENABLE_DETERMINISTIC_HEAD_POD_NAME`` (off), extra
-sidecars and default env vars from the operator's configuration, batch schedulers.
+``ENABLE_LOGIN_SHELL`` (off), ``ENABLE_DETERMINISTIC_HEAD_POD_NAME`` (off), batch
+schedulers.
+
+The operator's own defaults (KubeRay's ``Configuration`` file: ``headSidecarContainers``,
+``workerSidecarContainers``, ``defaultContainerEnvs``, ``defaultPodAnnotations``,
+``defaultPodLabels``) come in as :class:`PodDefaults` and are applied as KubeRay
+applies them: the sidecars after the template's containers (before the autoscaler's),
+the annotations and labels where the template has no such key (KubeRay's own labels
+still win), the env vars on the Ray container where it has none of that name, before
+KubeRay's.
 
 >>> cluster = v1.RayCluster.model_validate({
 ...     "metadata": {"name": "demo", "namespace": "ns"},
@@ -81,6 +89,7 @@ ulimit -n 65536; ray start --head  --block  --dashboard-agent-listen-port=52365
 from __future__ import annotations
 
 import copy
+import dataclasses
 import decimal
 import json
 import math
@@ -98,6 +107,7 @@ __all__ = [
     "KUBERAY_VERSION",
     "PODS",
     "WORKER",
+    "PodDefaults",
     "creator_kind",
     "desired_workers",
     "group_of",
@@ -133,6 +143,38 @@ _SWITCH_EXEMPT = frozenset({"log-color", "include-dashboard"})  # true/false are
 _ACCELERATORS = {"aws.amazon.com/neuroncore": "neuron_cores", "google.com/tpu": "TPU"}
 _MIG = re.compile(r"nvidia\.com/mig-\d+g\.\d+gb$")
 _BASH = ["/bin/bash", "-c", "--"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PodDefaults:
+    """What the operator adds to every pod it builds (see the module docstring). Every
+    field defaults to nothing."""
+
+    head_sidecars: tuple[Mapping[str, Any], ...] = ()
+    """Containers appended to head pods."""
+    worker_sidecars: tuple[Mapping[str, Any], ...] = ()
+    """Containers appended to worker pods."""
+    env: tuple[Mapping[str, Any], ...] = ()
+    """Env vars of the Ray container, where it has none of that name."""
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Pod annotations, where the template has none of that key."""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Pod labels, where the template has none of that key."""
+
+    def apply(self, meta: dict[str, Any], containers: list[dict[str, Any]], head: bool) -> None:
+        """Add the defaults to a pod template's ``meta`` and ``containers`` (in place)."""
+        for key, defaults in (("annotations", self.annotations), ("labels", self.labels)):
+            if defaults:
+                meta[key] = {**defaults, **(meta.get(key) or {})}
+        ray = containers[_RAY]
+        for var in self.env:
+            if not _has_env(ray, str(var.get("name"))):
+                _env(ray).append(copy.deepcopy(dict(var)))
+        sidecars = self.head_sidecars if head else self.worker_sidecars
+        containers.extend(copy.deepcopy(dict(c)) for c in sidecars)
+
+
+_NO_DEFAULTS = PodDefaults()
 
 
 # --- small helpers for the reconciler --------------------------------------------------------
@@ -211,6 +253,7 @@ def head_pod(
     *,
     cluster_domain: str = "cluster.local",
     created_by: str = names.CREATED_BY,
+    defaults: PodDefaults = _NO_DEFAULTS,
 ) -> dict[str, Any]:
     """The head pod KubeRay v1.5.0 would create for ``cluster``.
 
@@ -226,6 +269,9 @@ def head_pod(
     name = _cluster_name(cluster)
 
     meta = _metadata(template)
+    pod_spec = _spec(template)
+    containers = _ray_containers(pod_spec, "headGroupSpec")
+    defaults.apply(meta, containers, head=True)
     meta["generateName"] = names.head_pod_prefix(name)
     meta["namespace"] = names.namespace_of(cluster)
     _apply_group_resources(params, head.resources)
@@ -235,8 +281,6 @@ def head_pod(
     _common_defaults(params)
     annotations = _annotations(cluster, meta)
 
-    pod_spec = _spec(template)
-    containers = _ray_containers(pod_spec, "headGroupSpec")
     ray = containers[_RAY]
     if autoscaler.enabled(cluster):
         params["no-monitor"] = "true"
@@ -270,6 +314,7 @@ def worker_pod(
     replica_name: str | None = None,
     replica_index: int | None = None,
     host_index: int = 0,
+    defaults: PodDefaults = _NO_DEFAULTS,
 ) -> dict[str, Any]:
     """A worker pod of ``group`` as KubeRay v1.5.0 would create it.
 
@@ -298,8 +343,9 @@ def worker_pod(
     init = pod_spec.get("initContainers")
     pod_spec["initContainers"] = [
         *(init if isinstance(init, list) else []),
-        _wait_gcs(ray, fqdn, port),
+        _wait_gcs(ray, fqdn, port),  # KubeRay builds it before its defaults are added
     ]
+    defaults.apply(meta, containers, head=False)
     meta.pop("name", None)
     _apply_group_resources(params, group.resources)
     _apply_group_labels(params, group.labels)

@@ -91,6 +91,9 @@ class Options:
     )
     """Scale autoscaled groups down without ``workersToDelete`` (KubeRay's
     ``ENABLE_RANDOM_POD_DELETE``). Default ``$ENABLE_RANDOM_POD_DELETE == "true"``."""
+    pod_defaults: pods.PodDefaults = dataclasses.field(default_factory=pods.PodDefaults)
+    """Sidecars, env vars, annotations and labels added to every pod (KubeRay's
+    ``Configuration`` file). Default none."""
 
 
 class _ReplicaFailure(Exception):
@@ -280,6 +283,7 @@ class Reconciler:
                 cluster,
                 cluster_domain=self.options.cluster_domain,
                 created_by=self.options.created_by,
+                defaults=self.options.pod_defaults,
             )
             await self._create(obj, head, "FailedCreateHeadPod")
 
@@ -309,7 +313,8 @@ class Reconciler:
         if diff > 0:
             for _ in range(diff):
                 pod = pods.worker_pod(cluster, group, cluster_domain=self.options.cluster_domain,
-                                      created_by=self.options.created_by)  # fmt: skip
+                                      created_by=self.options.created_by,
+                                      defaults=self.options.pod_defaults)  # fmt: skip
                 await self._create(obj, pod, "FailedCreateWorkerPod")
         elif diff < 0:
             if cluster.spec.enable_in_tree_autoscaling and not self.options.random_pod_delete:

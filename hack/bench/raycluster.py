@@ -304,7 +304,8 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         bin_dir=_common.bin_dir(args.bin_dir), controller_manager=True, scheduler=True, kwok=True,
         nodes=nodes, start_timeout=120,
     )  # fmt: skip
-    manager_args = ["--log-level", args.manager_log_level, "--log-format", "json"]
+    manager_args = ["--log-level", args.manager_log_level, "--log-format", "json",
+                    "--leader-elect=false"]  # fmt: skip
     if args.reconcile_concurrency:
         manager_args += ["--reconcile-concurrency", str(args.reconcile_concurrency)]
     t0 = time.monotonic()

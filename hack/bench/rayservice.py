@@ -49,7 +49,7 @@ per phase (the benchmark's own requests are few and named below):
   window, of any resource and by any client - the benchmark itself makes none then -
   except the control plane's own Lease renewals (``PUT leases``: kube-apiserver's
   identity Lease every 10 s, with or without an operator; the manager holds no Lease
-  without ``--leader-elect``), which are ``steady_control_plane_writes`` (``leases``
+  with ``--leader-elect=false``), which are ``steady_control_plane_writes`` (``leases``
   lists the Leases there are); ``steady_writes_by_kind`` breaks all of them down by
   ``verb resource[/subresource]``;
 - ``conflicts``: 409 answers the manager got over the whole run (its own
@@ -124,7 +124,7 @@ READ_VERBS = raycluster_bench.READ_VERBS
 CONTROL_PLANE_WRITES = frozenset({"PUT leases"})
 """Writes the control plane makes on its own, operator or not: kube-apiserver renews its
 identity Lease (``kube-system/apiserver-<id>``) every 10 s, kube-controller-manager and
-kube-scheduler theirs. The manager runs without ``--leader-elect`` and holds no Lease.
+kube-scheduler theirs. The manager runs with ``--leader-elect=false`` and holds no Lease.
 They are reported as ``steady_control_plane_writes``, not in ``steady_writes_all_kinds``."""
 
 HEADLINE = (
@@ -408,7 +408,7 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         kwok=True, nodes=nodes, pod_network=True, start_timeout=120,
     )  # fmt: skip
     manager_args = [
-        "--log-level", args.manager_log_level, "--log-format", "json",
+        "--log-level", args.manager_log_level, "--log-format", "json", "--leader-elect=false",
         "--dashboard-address-mode", args.dashboard_address_mode,
         "--serve-poll-max", str(args.serve_poll_max),
     ]  # fmt: skip

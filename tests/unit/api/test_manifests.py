@@ -322,7 +322,7 @@ def test_manager_deployment_is_locked_down() -> None:
     assert container["image"] == "rayservice-operator:latest"
     assert "--leader-elect" in container["args"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8080, "health": 8082}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert pod["serviceAccountName"] == "rayservice-operator-manager"

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 
 import controllers
 from controllers import main
@@ -34,6 +37,7 @@ class Ran:
         self.managers: list[manager.Manager] = []
         self.setup: list[dict[str, Any]] = []
         self.logging: list[tuple[str, str]] = []
+        self.log_files: list[dict[str, Any]] = []
         self.exit_code = 0
 
     @property
@@ -43,7 +47,7 @@ class Ran:
 
 
 @pytest.fixture
-def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Ran:
+def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterator[Ran]:
     """``serve``, ``controllers.setup`` and ``log.configure`` replaced by recorders; no
     RAYSERVICE_*, kubeconfig or in-cluster variables from the outside; HOME is empty."""
 
@@ -53,6 +57,12 @@ def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Ran:
         ):  # fmt: skip
             monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    # log.configure is replaced: structlog prints to this test's stderr, as configured after.
+    saved = structlog.get_config()
+    structlog.configure(
+        logger_factory=lambda *args: structlog.PrintLogger(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
     record = Ran()
 
     async def serve(mgr: manager.Manager) -> int:
@@ -66,8 +76,14 @@ def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Ran:
 
     monkeypatch.setattr(manager, "serve", serve)
     monkeypatch.setattr(controllers, "setup", setup)
-    monkeypatch.setattr(log, "configure", lambda fmt, level: record.logging.append((fmt, level)))
-    return record
+
+    def configure(fmt: str, level: str, **options: Any) -> None:
+        record.logging.append((fmt, level))
+        record.log_files.append(options)
+
+    monkeypatch.setattr(log, "configure", configure)
+    yield record
+    structlog.configure(**saved)
 
 
 @pytest.fixture
@@ -261,7 +277,9 @@ def test_an_unparsable_kubeconfig_is_reported_on_one_line(
 def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
     options = ran.options
-    assert options == manager.Options(), "the binary's defaults are the Manager's"
+    assert options == manager.Options(leader_election=True, health_probe_bind_address=":8082"), (
+        "the Manager's defaults, but KubeRay's leader election (on) and probe port"
+    )
     assert options.namespaces == (), "all namespaces"
     assert ran.setup == [
         {
@@ -269,6 +287,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
             "rayservice_options": rayservice_reconciler.Options(
                 address_mode="service", serve_poll_max=10.0
             ),
+            "raycluster_options": None,
         }
     ]
     assert ran.logging == [("auto", "info")]
@@ -298,6 +317,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
             "rayservice_options": rayservice_reconciler.Options(
                 address_mode="pod-ip", serve_poll_max=30.0
             ),
+            "raycluster_options": None,
         }
     ]
     assert (mgr.client.options.qps, mgr.client.options.burst) == (20.0, 40)
@@ -332,6 +352,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
             "rayservice_options": rayservice_reconciler.Options(
                 address_mode="kubernetes-proxy", serve_poll_max=10.0
             ),
+            "raycluster_options": None,
         }
     ]
     assert mgr.client.options.qps == 5.0
@@ -369,6 +390,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
             "rayservice_options": rayservice_reconciler.Options(
                 address_mode="kubernetes-proxy", serve_poll_max=10.0
             ),
+            "raycluster_options": None,
         }
     ]
     assert (mgr.client.options.qps, mgr.client.options.burst) == (50.0, 60)
@@ -426,3 +448,180 @@ def test_use_kubernetes_proxy_contradicting_the_address_mode_is_refused(
     assert ran.managers == []
     assert main.main(["--kubeconfig", str(kubeconfig), "--serve-poll-max", "1"]) == 2
     assert "--serve-poll-max" in one_error_line(capsys)
+
+
+# -- KubeRay v1.7.0's other flags ----------------------------------------------------------------
+
+
+KUBERAY_HELM_DEFAULTS = [
+    "--log-stdout-encoder", "json", "--log-file-encoder", "json",
+    "--enable-leader-election=true", "--enable-metrics=true", "--reconcile-concurrency=1",
+    "--qps=100", "--burst=200",
+    "--feature-gates=RayClusterStatusConditions=true,RayJobDeletionPolicy=true,"
+    "RayMultiHostIndexing=true,RayServiceIncrementalUpgrade=true,RayCronJob=false,"
+    "RayClusterMTLS=false,RayClusterNetworkPolicy=false,RayClusterHistoryServer=false",
+]  # fmt: skip
+"""What KubeRay v1.7.0's Helm chart passes with its default values."""
+
+
+def test_kuberays_helm_chart_arguments_are_accepted(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    assert main.main(["--kubeconfig", str(kubeconfig), *KUBERAY_HELM_DEFAULTS]) == 0
+    assert ran.options.leader_election is True
+    assert ran.logging == [("json", "info")]
+    assert ran.log_files == [{"file": None, "file_format": "json"}]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--forced-cluster-upgrade"], ["--forced-cluster-upgrade=false"],
+        ["--zap-log-level=info"], ["--zap-devel"], ["--zap-encoder", "console"],
+        ["--zap-stacktrace-level", "error"], ["--zap-time-encoding", "iso8601"],
+        ["-watch-namespace=a"], ["-enable-leader-election=false"], ["--feature-gates="],
+        ["--log-file-path", ""], ["--enable-metrics=false"],
+    ],
+    ids=lambda v: " ".join(v),
+)  # fmt: skip
+def test_every_kuberay_flag_is_accepted(
+    ran: Ran, kubeconfig: pathlib.Path, argv: list[str]
+) -> None:
+    assert main.main(["--kubeconfig", str(kubeconfig), *argv]) == 0
+    assert len(ran.managers) == 1
+
+
+def test_go_single_dash_flags_mean_the_same(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    argv = ["-kubeconfig", str(kubeconfig), "-watch-namespace=a,b", "-qps", "7"]
+    assert main.main(argv) == 0
+    assert ran.options.namespaces == ("a", "b")
+    assert ran.managers[0].client.options.qps == 7.0
+
+
+@pytest.mark.parametrize(
+    ("level", "ours"), [("debug", "debug"), ("2", "debug"), ("info", "info"), ("0", "info"),
+                        ("error", "error"), ("panic", "error")],
+)  # fmt: skip
+def test_zap_log_level_sets_the_level(
+    ran: Ran, kubeconfig: pathlib.Path, level: str, ours: str
+) -> None:
+    assert main.main(["--kubeconfig", str(kubeconfig), f"--zap-log-level={level}"]) == 0
+    assert ran.logging == [("auto", ours)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--feature-gates=NoSuchGate=true"],
+         "--feature-gates: unrecognized feature gate: NoSuchGate"),
+        (["--feature-gates=RayCronJob=yes"], "invalid value of RayCronJob=yes"),
+        (["--feature-gates=RayCronJob"], "missing bool value for RayCronJob"),
+        (["--batch-scheduler=volcano"], "'volcano' is not integrated in rayservice-operator"),
+        (["--batch-scheduler=slurm"], "scheduler is not supported, name=slurm"),
+        (["--enable-batch-scheduler"], "supported: none"),
+        (["--enable-batch-scheduler", "--batch-scheduler=yunikorn"],
+         "Please use batch-scheduler only"),
+        (["--zap-log-level=loud"], "--zap-log-level"),
+        (["--log-file-encoder=xml"], "--log-file-encoder"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)  # fmt: skip
+def test_kuberay_flags_with_bad_values_exit_2(
+    ran: Ran, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    assert main.main(argv) == 2
+    assert says in one_error_line(capsys)
+    assert ran.managers == []
+
+
+def test_log_file_path_reaches_logging(
+    ran: Ran, kubeconfig: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    argv = ["--kubeconfig", str(kubeconfig), "--log-file-path", str(tmp_path / "op.log"),
+            "--log-file-encoder", "console"]  # fmt: skip
+    assert main.main(argv) == 0
+    assert ran.log_files == [{"file": tmp_path / "op.log", "file_format": "console"}]
+
+
+def test_an_unwritable_log_file_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    monkeypatch.setattr(manager, "serve", lambda mgr: pytest.fail("started"))
+    path = tmp_path / "no-such-dir" / "op.log"
+    assert main.main(["--log-file-path", str(path)]) == 2  # nothing configured: it failed first
+    assert f"--log-file-path {path}" in one_error_line(capsys)
+
+
+CONFIG = """\
+apiVersion: config.ray.io/v1alpha1
+kind: Configuration
+metricsAddr: 127.0.0.1:9
+probeAddr: 127.0.0.1:10
+enableLeaderElection: false
+watchNamespace: team-a,team-b
+reconcileConcurrency: 3
+qps: 30
+burst: 60
+useKubernetesProxy: true
+enableMetrics: true
+headSidecarContainers: [{name: log, image: fluentbit}]
+workerSidecarContainers: [{name: wlog, image: fluentbit}]
+defaultContainerEnvs: [{name: TEAM, value: ml}]
+defaultPodAnnotations: {team: ml}
+defaultPodLabels: {cost-center: "42"}
+"""
+
+
+def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
+    ran: Ran, kubeconfig: pathlib.Path, tmp_path: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    argv = ["--kubeconfig", str(kubeconfig), "--config", str(config), "--qps", "1",
+            "--watch-namespace", "other", "--feature-gates=RayCronJob=true"]  # fmt: skip
+    assert main.main(argv) == 0
+    mgr = ran.managers[0]
+    assert mgr.options == manager.Options(
+        namespaces=("team-a", "team-b"), leader_election=False,
+        metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
+    )  # fmt: skip
+    assert (mgr.client.options.qps, mgr.client.options.burst) == (30.0, 60)
+    (setup,) = ran.setup
+    assert setup["max_concurrent_reconciles"] == 3
+    assert setup["rayservice_options"].address_mode == "kubernetes-proxy"
+    defaults = setup["raycluster_options"].pod_defaults
+    assert defaults.head_sidecars == ({"name": "log", "image": "fluentbit"},)
+    assert defaults.worker_sidecars == ({"name": "wlog", "image": "fluentbit"},)
+    assert defaults.env == ({"name": "TEAM", "value": "ml"},)
+    assert (defaults.annotations, defaults.labels) == ({"team": "ml"}, {"cost-center": "42"})
+    err = capsys.readouterr().err
+    assert "--config replaces them" in err
+    assert "--qps" in err
+    assert "--watch-namespace" in err
+    assert "RayCronJob=true" in err, "the gates still come from the flag"
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "cannot read"),
+        ("apiVersion: config.ray.io/v1alpha1\nkind: Configuration\nqsp: 5\n",
+         "qsp: not a field of KubeRay's Configuration"),
+        ("apiVersion: v1\nkind: ConfigMap\n", "apiVersion must be 'config.ray.io/v1alpha1'"),
+        ("apiVersion: config.ray.io/v1alpha1\nkind: Configuration\nburst: many\n", "burst:"),
+        ("apiVersion: config.ray.io/v1alpha1\nkind: Configuration\nbatchScheduler: volcano\n",
+         "'volcano' is not integrated"),
+        ("[unclosed", "not YAML"),
+    ],
+)  # fmt: skip
+def test_a_bad_configuration_file_exits_2_naming_it(
+    ran: Ran, capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path,
+    content: str | None, says: str,
+) -> None:  # fmt: skip
+    config = tmp_path / "config.yaml"
+    if content is not None:
+        config.write_text(content)
+    assert main.main(["--config", str(config)]) == 2
+    line = one_error_line(capsys)
+    assert f"--config {config}: " in line
+    assert says in line
+    assert ran.managers == []

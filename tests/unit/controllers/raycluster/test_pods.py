@@ -656,3 +656,61 @@ def test_external_storage_namespace_option_wins() -> None:
     head = pods.head_pod(cluster)
     assert head["metadata"]["annotations"]["ray.io/external-storage-namespace"] == "opt"
     assert env(ray(head))["RAY_external_storage_namespace"] == "opt"
+
+
+# --- the operator's pod defaults (KubeRay's Configuration file) -------------------------------
+
+DEFAULTS = pods.PodDefaults(
+    head_sidecars=({"name": "head-log", "image": "fluentbit"},),
+    worker_sidecars=({"name": "worker-log", "image": "fluentbit"},),
+    env=({"name": "TEAM", "value": "ml"}, {"name": "MINE", "value": "default"}),
+    annotations={"team": "ml", "mine": "default"},
+    labels={"cost-center": "42", "mine": "default", "ray.io/node-type": "not-this"},
+)
+
+
+def test_pod_defaults_fill_in_what_the_template_leaves_out() -> None:
+    template = {
+        "metadata": {"labels": {"mine": "template"}, "annotations": {"mine": "template"}},
+        "spec": {"containers": [{"name": "ray-worker", "image": IMAGE,
+                                 "env": [{"name": "MINE", "value": "template"}]}]},
+    }  # fmt: skip
+    cluster = make(
+        head={"env": [{"name": "MINE", "value": "template"}]},
+        workers=[{"groupName": "small", "template": template}],
+        enableInTreeAutoscaling=True,
+    )
+    head = pods.head_pod(cluster, defaults=DEFAULTS)
+    pod = worker(cluster, defaults=DEFAULTS)
+    for built in (head, pod):
+        labels, annotations = built["metadata"]["labels"], built["metadata"]["annotations"]
+        assert labels["cost-center"] == "42"
+        assert annotations["team"] == "ml"
+        assert env(ray(built))["TEAM"] == "ml"
+        assert env(ray(built))["MINE"] == "template", "the template's own env var wins"
+    assert head["metadata"]["labels"]["ray.io/node-type"] == "head", "KubeRay's labels win"
+    assert pod["metadata"]["labels"]["mine"] == "template", "the template's label wins"
+    assert pod["metadata"]["annotations"]["mine"] == "template"
+    assert [c["name"] for c in head["spec"]["containers"]] == [
+        "ray-head", "head-log", "autoscaler"
+    ], "sidecars after the template's containers, before the autoscaler"  # fmt: skip
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["ray-worker", "worker-log"]
+    (init,) = pod["spec"]["initContainers"]
+    assert "TEAM" not in env(init), "KubeRay builds wait-gcs-ready before adding its defaults"
+
+
+def test_pod_defaults_are_copied_not_shared() -> None:
+    cluster = make()
+    first = pods.head_pod(cluster, defaults=DEFAULTS)
+    first["spec"]["containers"][1]["image"] = "changed"
+    ray(first)["env"][0]["value"] = "changed"
+    second = pods.head_pod(cluster, defaults=DEFAULTS)
+    assert second["spec"]["containers"][1]["image"] == "fluentbit"
+    assert DEFAULTS.head_sidecars[0]["image"] == "fluentbit"
+    assert DEFAULTS.env[0]["value"] == "ml"
+
+
+def test_no_pod_defaults_change_nothing() -> None:
+    cluster = make()
+    assert pods.head_pod(cluster, defaults=pods.PodDefaults()) == pods.head_pod(cluster)
+    assert worker(cluster, defaults=pods.PodDefaults()) == worker(cluster)

@@ -1,0 +1,58 @@
+"""controllers.features: KubeRay v1.7.0's --feature-gates, parsed as component-base does."""
+
+from __future__ import annotations
+
+import pytest
+
+from controllers import features
+
+
+def test_the_empty_flag_keeps_kuberays_v1_7_defaults() -> None:
+    gates = features.parse("")
+    assert gates.values == {n: g.default for n, g in features.DEFAULTS.items()}
+    assert gates.enabled("RayServiceIncrementalUpgrade") is True
+    assert gates.enabled("RayCronJob") is False
+
+
+def test_go_booleans_spaces_and_empty_entries() -> None:
+    gates = features.parse(" RayCronJob=T , ,RayMultiHostIndexing=0,KubernetesWAS=TRUE,")
+    assert gates.enabled("RayCronJob")
+    assert gates.enabled("KubernetesWAS")
+    assert not gates.enabled("RayMultiHostIndexing")
+
+
+def test_all_alpha_and_all_beta_and_explicit_gates_win_in_any_order() -> None:
+    gates = features.parse("RayCronJob=false,AllAlpha=true,AllBeta=false")
+    alpha = {n for n, g in features.DEFAULTS.items() if g.stage == "Alpha"}
+    assert {n for n in alpha if gates.enabled(n)} == alpha - {"RayCronJob"}
+    assert not any(gates.enabled(n) for n, g in features.DEFAULTS.items() if g.stage == "Beta")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("RayServiceIncrementalUpgrades=true",
+         "unrecognized feature gate: RayServiceIncrementalUpgrades"),
+        ("AsyncJobInfoQuery=true", "unrecognized feature gate: AsyncJobInfoQuery"),  # v1.6 only
+        ("RayCronJob=on", "invalid value of RayCronJob=on"),
+        ("RayCronJob", "missing bool value for RayCronJob"),
+    ],
+)  # fmt: skip
+def test_what_kuberay_refuses_is_an_error(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        features.parse(spec)
+
+
+def test_a_gate_kuberay_lacks_is_a_key_error_not_false() -> None:
+    with pytest.raises(KeyError):
+        features.parse("").enabled("RayServiceIncrementalUpgrades")
+
+
+def test_gates_not_followed_are_those_differing_from_what_the_operator_does() -> None:
+    assert features.parse("").without_effect() == [
+        "RayJobDeletionPolicy=true", "RayMultiHostIndexing=true",
+        "RayServiceIncrementalUpgrade=true",
+    ]  # fmt: skip
+    off = "RayJobDeletionPolicy=false,RayMultiHostIndexing=false,RayServiceIncrementalUpgrade=false"
+    assert features.parse(off).without_effect() == []
+    assert features.parse(off + ",RayClusterMTLS=true").without_effect() == ["RayClusterMTLS=true"]
