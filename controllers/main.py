@@ -432,6 +432,7 @@ async def _run(
         max_concurrent_reconciles=settings.reconcile_concurrency,
         rayservice_options=_rayservice_options(settings),
         raycluster_options=_raycluster_options(config),
+        enable_metrics=settings.enable_metrics,
     )
     return await manager.serve(mgr)
 

@@ -49,14 +49,20 @@ def setup(
     options: reconciler_.Options | None = None,
     child_event_delay: float = CHILD_EVENT_DELAY,
     skip_name_validation: bool = False,
+    metrics: reconciler_.MetricsObserver | None = None,
 ) -> controller_.Controller:
     """Register the RayCluster controller with ``manager``; returns it.
 
     ``skip_name_validation``: allow a second controller of this name in the process
-    (tests that start several managers)."""
+    (tests that start several managers). ``metrics``: where the reconciler reports
+    status writes and vanished clusters (:mod:`controllers.metrics`); default none."""
     v1.add_to_registry(manager.client.registry)
     reconciler = reconciler_.Reconciler(
-        manager.client, manager.cache, manager.events, options or reconciler_.Options()
+        manager.client,
+        manager.cache,
+        manager.events,
+        options or reconciler_.Options(),
+        metrics=metrics,
     )
     return (
         builder.Builder(manager)

@@ -34,6 +34,11 @@ the cache (never from the API server), and in KubeRay v1.5.0's order:
    and hands it to the :class:`~runtime.status.StatusWriter`, which writes only
    when it means something new.
 
+With a :class:`MetricsObserver` (``metrics=``, :mod:`controllers.metrics` when
+metrics are enabled), each status the pass wrote is reported to it together with
+the cluster as the pass read it, and a RayCluster found gone (NotFound in the
+cache) is reported as forgotten.
+
 A create or delete the server refuses stops step 4: the status says
 ``ReplicaFailure`` with the reason (``FailedCreateHeadPod``,
 ``FailedCreateWorkerPod``, ``FailedDeleteHeadPod``, ``FailedDeleteWorkerPod``,
@@ -53,7 +58,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 import structlog
@@ -67,7 +72,7 @@ from runtime import status as runtime_status
 from runtime.cache import cache as cache_
 from runtime.client import errors, resources
 
-__all__ = ["Options", "Reconciler"]
+__all__ = ["MetricsObserver", "Options", "Reconciler"]
 
 Obj = dict[str, Any]
 
@@ -96,6 +101,18 @@ class Options:
     ``Configuration`` file). Default none."""
 
 
+class MetricsObserver(Protocol):
+    """What the reconciler tells the metrics (:class:`controllers.metrics.ProvisionedDurations`)."""
+
+    def status_written(self, before: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+        """A pass wrote ``status`` over ``before`` (the RayCluster as the pass read it)."""
+        ...
+
+    def forget(self, namespace: str, name: str) -> int:
+        """The RayCluster ``namespace/name`` is gone."""
+        ...
+
+
 class _ReplicaFailure(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"{reason}: {message}")
@@ -113,8 +130,10 @@ class Reconciler:
         options: Options | None = None,
         *,
         now: Callable[[], str] = clock.rfc3339,
+        metrics: MetricsObserver | None = None,
     ) -> None:
         self.client = client
+        self.metrics = metrics
         self.cache = cache
         self.recorder = recorder
         self.options = options or Options()
@@ -131,6 +150,8 @@ class Reconciler:
         try:
             obj = await self.cache.get(v1.RAYCLUSTERS, request.namespace, request.name)
         except errors.NotFound:
+            if self.metrics is not None:
+                self.metrics.forget(request.namespace, request.name)
             return reconcile.Result()
         meta = obj["metadata"]
         if meta.get("deletionTimestamp"):
@@ -178,6 +199,8 @@ class Reconciler:
             head_service = None
         new = status_.compute(cluster, found, head_service, failure=failure, now=self.now())
         result = await self.writer.update(obj, new)
+        if result.writes and self.metrics is not None:
+            self.metrics.status_written(obj, result.obj.get("status") or {})
         if result.outcome is runtime_status.Outcome.STALE:
             raise RuntimeError("the RayCluster changed while its status was computed; again")
 

@@ -53,6 +53,10 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return 0, ""
 
 
+def recorded(name: str) -> dict[str, Any]:
+    return dict(DEPLOYMENTS[name])
+
+
 class Started:
     def __init__(self, child: process.ChildProcess, metrics: int, probes: int) -> None:
         self.child, self.metrics, self.probes = child, metrics, probes
@@ -108,7 +112,11 @@ def test_kuberay_deployment_arguments_start_the_manager(
     started = start(name, control_plane, tmp_path, namespace)
     try:
         started.wait_ready()
-        assert _get(started.metrics, "/metrics")[0] == 200  # KubeRay's probes GET /metrics
+        status, scraped = _get(started.metrics, "/metrics")
+        assert status == 200  # KubeRay's probes GET /metrics
+        # Its chart turns KubeRay's metrics on (in flags or in the Configuration).
+        helm = recorded(name)["source"].startswith("helm-chart")
+        assert ("# TYPE kuberay_service_info gauge" in scraped) is helm, name
         # Leader election is on in every one of them (KubeRay's default): the Lease is
         # taken in the pod's namespace.
         lease = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"

@@ -288,6 +288,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
                 address_mode="service", serve_poll_max=10.0
             ),
             "raycluster_options": None,
+            "enable_metrics": False,
         }
     ]
     assert ran.logging == [("auto", "info")]
@@ -318,6 +319,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
                 address_mode="pod-ip", serve_poll_max=30.0
             ),
             "raycluster_options": None,
+            "enable_metrics": False,
         }
     ]
     assert (mgr.client.options.qps, mgr.client.options.burst) == (20.0, 40)
@@ -353,6 +355,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
                 address_mode="kubernetes-proxy", serve_poll_max=10.0
             ),
             "raycluster_options": None,
+            "enable_metrics": False,
         }
     ]
     assert mgr.client.options.qps == 5.0
@@ -391,6 +394,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
                 address_mode="kubernetes-proxy", serve_poll_max=10.0
             ),
             "raycluster_options": None,
+            "enable_metrics": False,
         }
     ]
     assert (mgr.client.options.qps, mgr.client.options.burst) == (50.0, 60)
@@ -467,6 +471,7 @@ KUBERAY_HELM_DEFAULTS = [
 def test_kuberays_helm_chart_arguments_are_accepted(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(["--kubeconfig", str(kubeconfig), *KUBERAY_HELM_DEFAULTS]) == 0
     assert ran.options.leader_election is True
+    assert ran.setup[0]["enable_metrics"] is True
     assert ran.logging == [("json", "info")]
     assert ran.log_files == [{"file": None, "file_format": "json"}]
 
@@ -587,6 +592,7 @@ def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
     assert (mgr.client.options.qps, mgr.client.options.burst) == (30.0, 60)
     (setup,) = ran.setup
     assert setup["max_concurrent_reconciles"] == 3
+    assert setup["enable_metrics"] is True
     assert setup["rayservice_options"].address_mode == "kubernetes-proxy"
     defaults = setup["raycluster_options"].pod_defaults
     assert defaults.head_sidecars == ({"name": "log", "image": "fluentbit"},)
