@@ -53,6 +53,15 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return 0, ""
 
 
+CLUSTER = {
+    "apiVersion": "ray.io/v1",
+    "kind": "RayCluster",
+    "metadata": {"name": "mine"},
+    "spec": {"headGroupSpec": {"template": {"spec": {"containers": [
+        {"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}}},
+}  # fmt: skip
+
+
 def recorded(name: str) -> dict[str, Any]:
     return dict(DEPLOYMENTS[name])
 
@@ -109,14 +118,27 @@ RUNNING = sorted(n for n in DEPLOYMENTS if n != "helm-batch-scheduler")
 def test_kuberay_deployment_arguments_start_the_manager(
     name: str, control_plane: controlplane.ControlPlane, tmp_path: pathlib.Path, namespace: str
 ) -> None:
+    control_plane.request(
+        "POST", f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters", CLUSTER
+    )
     started = start(name, control_plane, tmp_path, namespace)
     try:
         started.wait_ready()
-        status, scraped = _get(started.metrics, "/metrics")
-        assert status == 200  # KubeRay's probes GET /metrics
-        # Its chart turns KubeRay's metrics on (in flags or in the Configuration).
-        helm = recorded(name)["source"].startswith("helm-chart")
-        assert ("# TYPE kuberay_service_info gauge" in scraped) is helm, name
+        assert _get(started.metrics, "/metrics")[0] == 200  # KubeRay's probes GET /metrics
+        # Its chart turns KubeRay's metrics on (in flags or in the Configuration); a
+        # series appears for the RayCluster when its namespace is watched.
+        watched = not any(a in ("--watch-namespace",) for a in recorded(name)["args"])
+        expected = recorded(name)["source"].startswith("helm-chart") and watched
+        name_ = CLUSTER["metadata"]["name"]
+        series = f'kuberay_cluster_info{{name="{name_}",namespace="{namespace}"'
+
+        def scraped() -> bool:
+            return series in _get(started.metrics, "/metrics")[1]
+
+        deadline = time.monotonic() + (10 if expected else 3)
+        while not scraped() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert scraped() is expected, name
         # Leader election is on in every one of them (KubeRay's default): the Lease is
         # taken in the pod's namespace.
         lease = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
@@ -131,7 +153,9 @@ def test_kuberay_deployment_arguments_start_the_manager(
     assert code is None, started.child.tail()
     assert started.child.popen.returncode == 0, started.child.tail()
     log = started.child.log_path.read_text()
-    assert "error" not in [json.loads(line).get("level") for line in log.splitlines() if line]
+    records = [json.loads(line) for line in log.splitlines() if line]
+    errors = [r for r in records if r.get("level") == "error" and r.get("namespace") == namespace]
+    assert errors == []  # other tests' namespaces may be terminating meanwhile: not ours
     gates = next(json.loads(line) for line in log.splitlines() if "loaded feature gates" in line)
     if name == "helm-feature-gates":
         assert gates["gates"]["RayClusterStatusConditions"] is False
