@@ -51,7 +51,7 @@ import dataclasses
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import prometheus_client
@@ -63,7 +63,6 @@ from runtime._internal import aio
 from runtime.cache import cache as cache_
 from runtime.cache import informer as informer_
 from runtime.client import client as client_
-from runtime.client import resources
 
 __all__ = ["LeadershipLost", "Manager", "Options", "Runnable", "run", "serve"]
 
@@ -110,9 +109,7 @@ class Options:
     """A shorthand for ``namespaces=[namespace]``; give one of the two, not both.
     Default ``None``."""
 
-    cache_by_resource: Mapping[resources.Resource | str, cache_.ByResource] = dataclasses.field(
-        default_factory=dict
-    )
+    cache_by_resource: cache_.ByResourceMap = dataclasses.field(default_factory=dict)
     """What the cache holds of each resource (:class:`runtime.cache.ByResource`: label
     and field selectors sent on list and watch, a transform, indexers), keyed by the
     resource or its ``str()`` (``"pods"``); an object outside a resource's selectors

@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from runtime.cache import fields as fields_
@@ -95,7 +95,7 @@ from runtime.client import errors, resources
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
-__all__ = ["ByResource", "Cache", "NamespaceNotWatched", "by_resource_of"]
+__all__ = ["ByResource", "ByResourceMap", "Cache", "NamespaceNotWatched", "by_resource_of"]
 
 
 class FrozenMap(Mapping[_K, _V]):
@@ -161,14 +161,21 @@ class ByResource:
         object.__setattr__(self, "indexers", FrozenMap(self.indexers))
 
 
-def by_resource_of(
-    given: Mapping[resources.Resource | str, ByResource] | None,
-) -> Mapping[str, ByResource]:
+ByResourceMap = (
+    Mapping[resources.Resource, ByResource]
+    | Mapping[str, ByResource]
+    | Mapping[resources.Resource | str, ByResource]
+)
+"""Per-resource options keyed by resources, by their ``str()``, or by both."""
+
+
+def by_resource_of(given: ByResourceMap | None) -> Mapping[str, ByResource]:
     """``given`` keyed by each resource's ``str()`` (``"pods"``, ``"rayclusters.ray.io"``),
     read-only and hashable; ``TypeError`` for a value that is not a :class:`ByResource`,
     ``ValueError`` for two keys naming the same resource."""
     out: dict[str, ByResource] = {}
-    for key, options in (given or {}).items():
+    items: Iterable[tuple[resources.Resource | str, ByResource]] = (given or {}).items()
+    for key, options in items:
         if not isinstance(options, ByResource):
             raise TypeError(f"cache options for {key}: expected ByResource, got {options!r}")
         name = str(key)
@@ -201,7 +208,7 @@ class Cache:
         *,
         namespace: str | None = None,
         namespaces: Sequence[str] = (),
-        by_resource: Mapping[resources.Resource | str, ByResource] | None = None,
+        by_resource: ByResourceMap | None = None,
         indexers: Mapping[str, Mapping[str, store_.Indexer]] | None = None,
         transform: store_.Transform | None = store_.default_transform,
         resync: float | None = None,
