@@ -261,7 +261,12 @@ def test_an_unparsable_kubeconfig_is_reported_on_one_line(
 def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
     options = ran.options
-    assert options == manager.Options(), "the binary's defaults are the Manager's"
+    assert options == manager.Options(cache_by_resource=controllers.cache_by_resource()), (
+        "the binary's defaults are the Manager's, with the operator's cache filters"
+    )
+    assert options.cache_by_resource["pods"].label_selector == (
+        "ray.io/node-type in (head,worker,redis-cleanup)"
+    )
     assert options.namespaces == (), "all namespaces"
     assert ran.setup == [
         {
@@ -290,7 +295,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert mgr.options == manager.Options(
         namespaces=("team-a",), leader_election=True, leader_election_id="my-lease",
         leader_election_namespace="ops", metrics_bind_address="127.0.0.1:9090",
-        health_probe_bind_address="0",
+        health_probe_bind_address="0", cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -325,6 +330,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
     assert mgr.options == manager.Options(
         namespaces=("team-b",), leader_election=True, leader_election_id="env-lease",
         metrics_bind_address="127.0.0.1:9100", health_probe_bind_address="127.0.0.1:9101",
+        cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -362,6 +368,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
     assert mgr.options == manager.Options(
         namespaces=("team-a", "team-b"), leader_election=True, leader_election_namespace="ops",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
+        cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
     assert ran.setup == [
         {
