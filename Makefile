@@ -110,6 +110,7 @@ bench-compare: $(STAMP) controlplane ## Ours vs KubeRay v1.5.0 and vs Kopf on on
 bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints one JSON line last)
 	$(PY) hack/bench/workqueue.py
 	$(PY) hack/bench/cache.py
+	$(PY) hack/bench/cache_filter.py
 	$(PY) hack/bench/raycluster.py --clusters $${BENCH_CLUSTERS:-200}
 	$(PY) hack/bench/simulator.py
 

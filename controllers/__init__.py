@@ -1,7 +1,9 @@
 """The RayCluster and RayService reconcilers, built on :mod:`runtime` and :mod:`api`.
 
 :func:`setup` registers both with a manager; the ``rayservice-manager`` binary
-(:mod:`controllers.main`) calls it. The RayCluster controller
+(:mod:`controllers.main`) calls it, after building the manager with
+:func:`cache_by_resource` (a manager's cache is fixed when it is made, so what the
+reconcilers need of it is declared apart from ``setup``). The RayCluster controller
 (:mod:`controllers.raycluster`) runs the clusters; the RayService controller
 (:mod:`controllers.rayservice`) runs Ray Serve on them through the Ray dashboard.
 With ``enable_metrics``, :mod:`controllers.metrics` reports KubeRay's ``kuberay_*``
@@ -15,10 +17,40 @@ from typing import Any
 
 from controllers import metrics, raycluster, rayservice
 from controllers.ray import dashboard
+from controllers.raycluster import interface as raycluster_interface
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
+from runtime.cache import cache
+from runtime.client import resources
 
-__all__ = ["DashboardCloser", "setup"]
+__all__ = ["DashboardCloser", "cache_by_resource", "setup"]
+
+
+def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
+    """What the reconcilers need of the manager's cache, for
+    ``runtime.manager.Options(cache_by_resource=...)``: only the objects they read, so the
+    operator's memory does not grow with other workloads of the cluster.
+
+    - **Pods**: Ray nodes only (``ray.io/node-type in (head,worker,redis-cleanup)``, as
+      KubeRay v1.7.0's cache). Both reconcilers read pods only by their cluster's labels
+      or by the name of a pod they listed, and every pod they make carries a node type.
+    - **Services and EndpointSlices**: everything, as in KubeRay v1.7.0. No one label
+      selector (an AND of requirements, no OR across keys) covers the Services read here:
+      a RayCluster's head service has ``ray.io/node-type=head``, its serve service and a
+      RayService's services ``ray.io/originated-from-crd``, the headless worker service
+      ``ray.io/headless-worker-svc``. And they are read **by name**: one made by KubeRay
+      before a hand-over, or by a user under that name, must be seen so it is updated,
+      not created again (AlreadyExists on every pass). EndpointSlices carry their
+      Service's labels (the EndpointSlice controller copies them) and are read by
+      ``kubernetes.io/service-name``, whose values are not known in advance.
+    - RayClusters and RayServices: everything (they are ours).
+
+    Every resource keeps the cache's default transform (``managedFields`` dropped)."""
+    return {
+        raycluster_interface.PODS: cache.ByResource(
+            label_selector=raycluster_interface.CACHE_SELECTOR
+        )
+    }
 
 
 class DashboardCloser:

@@ -109,6 +109,13 @@ class Options:
     """A shorthand for ``namespaces=[namespace]``; give one of the two, not both.
     Default ``None``."""
 
+    cache_by_resource: cache_.ByResourceMap = dataclasses.field(default_factory=dict)
+    """What the cache holds of each resource (:class:`runtime.cache.ByResource`: label
+    and field selectors sent on list and watch, a transform, indexers), keyed by the
+    resource or its ``str()`` (``"pods"``); an object outside a resource's selectors
+    is absent from the cache (see :mod:`runtime.cache.cache`). Default ``{}``: every
+    object of every resource, with the default transform (``managedFields`` dropped)."""
+
     metrics_bind_address: str = ":8080"
     """``host:port`` for ``/metrics``; ``"0"`` disables it. Default ``:8080`` (all interfaces)."""
 
@@ -150,6 +157,8 @@ class Options:
         names = informer_.namespaces_of(None, self.namespaces)
         informer_.namespaces_of(self.namespace, names)
         object.__setattr__(self, "namespaces", names)
+        # Read-only, keyed by str(resource), hashable; bad entries fail here.
+        object.__setattr__(self, "cache_by_resource", cache_.by_resource_of(self.cache_by_resource))
 
 
 def _election_options(options: Options) -> leaderelection.Options | None:
@@ -180,7 +189,10 @@ class Manager:
         self.client = client
         self.options = options or Options()
         self.cache = cache_.Cache(
-            client, namespace=self.options.namespace, namespaces=self.options.namespaces
+            client,
+            namespace=self.options.namespace,
+            namespaces=self.options.namespaces,
+            by_resource=self.options.cache_by_resource,
         )
         self.events = events.Recorder(client, self.options.component)
         self.elector: leaderelection.LeaderElector | None = None

@@ -23,6 +23,7 @@ from api import v1
 from controllers.raycluster import names, pods, services, status, validation
 
 __all__ = [
+    "CACHE_SELECTOR",
     "CLUSTER_LABEL",
     "CREATED_BY",
     "IDENTIFIER_LABEL",
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 PODS = pods.PODS
+CACHE_SELECTOR = pods.CACHE_SELECTOR
 SERVICES = services.SERVICES
 
 CLUSTER_LABEL = names.CLUSTER_LABEL

@@ -103,9 +103,12 @@ from runtime import quantity
 from runtime.client import resources
 
 __all__ = [
+    "CACHE_SELECTOR",
     "HEAD",
     "KUBERAY_VERSION",
+    "NODE_TYPES",
     "PODS",
+    "REDIS_CLEANUP",
     "WORKER",
     "PodDefaults",
     "creator_kind",
@@ -128,6 +131,15 @@ HEAD = "head"
 """The ``ray.io/node-type`` of the head pod."""
 WORKER = "worker"
 """The ``ray.io/node-type`` of worker pods."""
+REDIS_CLEANUP = "redis-cleanup"
+"""The ``ray.io/node-type`` of KubeRay's GCS fault-tolerance clean-up Job's pods (not made here)."""
+NODE_TYPES = (HEAD, WORKER, REDIS_CLEANUP)
+"""Every ``ray.io/node-type`` KubeRay gives a pod."""
+
+CACHE_SELECTOR = f"{names.NODE_TYPE_LABEL} in ({','.join(NODE_TYPES)})"
+"""The pods the manager's cache holds (KubeRay v1.7.0's cache filters its Pods the same
+way): Ray nodes. Every pod built here matches it - the node type is one of the labels a
+template cannot override."""
 
 KUBERAY_VERSION = "v1.5.0"
 """The KubeRay release these pods match (reported to Ray's usage stats as KubeRay does)."""

@@ -36,6 +36,18 @@
   field selector cannot replace the per-namespace ones: ``metadata.namespace``
   takes no set (``in (a,b)`` is a 400), and an account holding only Roles is
   refused any cluster-scope list, selector or not - measured on kube-apiserver 1.35.)
+- **The cache is a filtered view.** ``by_resource`` gives, per resource, a
+  :class:`ByResource`: a label selector and a field selector (sent to the server
+  on every list and watch, so memory and watch traffic go only to the matching
+  objects), a transform and indexers. An object outside a resource's selectors is
+  simply **not there**: ``get`` raises :class:`~runtime.client.errors.NotFound`,
+  ``list`` leaves it out (whatever selector the call gives), event handlers never
+  see it, and one that stops matching (a label removed) leaves the cache as a
+  delete. Write-through keeps to the view: our own write of a non-matching object
+  is not stored. So a reconciler must only look through the cache at objects the
+  selectors let in - a reconciler that would create what it cannot see would
+  create it again and again (AlreadyExists); read anything else with the client.
+  Resources without an entry are cached whole (the default).
 - A read of a namespaced resource **in a namespace the cache does not watch**
   (``get``, or ``list`` given that namespace) raises :class:`NamespaceNotWatched`,
   as controller-runtime's multi-namespace cache errors for an unknown namespace:
@@ -69,15 +81,108 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
+from runtime.cache import fields as fields_
 from runtime.cache import informer as informer_
 from runtime.cache import selector as selector_
 from runtime.cache import store as store_
 from runtime.client import client as client_
 from runtime.client import errors, resources
 
-__all__ = ["Cache", "NamespaceNotWatched"]
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+__all__ = ["ByResource", "ByResourceMap", "Cache", "NamespaceNotWatched", "by_resource_of"]
+
+
+class FrozenMap(Mapping[_K, _V]):
+    """A read-only, hashable mapping (so that options holding one stay hashable)."""
+
+    __slots__ = ("_hash", "_items")
+
+    def __init__(self, items: Mapping[_K, _V] | None = None) -> None:
+        self._items: dict[_K, _V] = dict(items or {})
+        self._hash: int | None = None
+
+    def __getitem__(self, key: _K) -> _V:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[_K]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._items.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._items!r})"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ByResource:
+    """What the cache holds of one resource (controller-runtime's ``cache.ByObject``).
+    Selectors are checked at construction (``ValueError``)."""
+
+    label_selector: str | None = None
+    """Cache only the objects whose labels match (apimachinery syntax, e.g.
+    ``ray.io/node-type in (head,worker)``); sent to the server on every list and
+    watch. Default ``None``: every object."""
+
+    field_selector: str | None = None
+    """Cache only the objects whose fields match (``spec.nodeName=n1,status.phase!=Failed``,
+    see :mod:`runtime.cache.fields`; the server supports a few fields per kind); sent
+    on every list and watch. Default ``None``: every object."""
+
+    transform: store_.Transform | None = None
+    """Runs on every object of this resource before it is stored, **after** the
+    cache's own ``transform`` (by default
+    :func:`~runtime.cache.store.default_transform`: ``managedFields`` dropped,
+    strings interned). It gets an object of its own (it may change it in place) and
+    returns what to store, e.g. without fields the reconcilers never read. Default
+    ``None``: the cache's transform only."""
+
+    indexers: Mapping[str, store_.Indexer] = dataclasses.field(default_factory=FrozenMap)
+    """Extra indexes (name -> ``Callable[[obj], Iterable[str]]``), queried with
+    ``cache.list(..., index=(name, value))``. Default: none but ``namespace`` and
+    ``owner``, which every store has."""
+
+    def __post_init__(self) -> None:
+        if self.label_selector:
+            selector_.parse(self.label_selector)
+        if self.field_selector:
+            fields_.parse(self.field_selector)
+        object.__setattr__(self, "indexers", FrozenMap(self.indexers))
+
+
+ByResourceMap = (
+    Mapping[resources.Resource, ByResource]
+    | Mapping[str, ByResource]
+    | Mapping[resources.Resource | str, ByResource]
+)
+"""Per-resource options keyed by resources, by their ``str()``, or by both."""
+
+
+def by_resource_of(given: ByResourceMap | None) -> Mapping[str, ByResource]:
+    """``given`` keyed by each resource's ``str()`` (``"pods"``, ``"rayclusters.ray.io"``),
+    read-only and hashable; ``TypeError`` for a value that is not a :class:`ByResource`,
+    ``ValueError`` for two keys naming the same resource."""
+    out: dict[str, ByResource] = {}
+    items: Iterable[tuple[resources.Resource | str, ByResource]] = (given or {}).items()
+    for key, options in items:
+        if not isinstance(options, ByResource):
+            raise TypeError(f"cache options for {key}: expected ByResource, got {options!r}")
+        name = str(key)
+        if name in out:
+            raise ValueError(f"cache options for {name} given twice")
+        out[name] = options
+    return FrozenMap(out)
 
 
 class NamespaceNotWatched(LookupError):
@@ -103,6 +208,7 @@ class Cache:
         *,
         namespace: str | None = None,
         namespaces: Sequence[str] = (),
+        by_resource: ByResourceMap | None = None,
         indexers: Mapping[str, Mapping[str, store_.Indexer]] | None = None,
         transform: store_.Transform | None = store_.default_transform,
         resync: float | None = None,
@@ -110,13 +216,26 @@ class Cache:
         watch_list: bool = False,
     ) -> None:
         """``watch_list=True`` syncs informers with one streaming watch instead of a
-        list (see :mod:`runtime.cache.reflector`). ``indexers`` maps a resource's
-        ``str()`` (e.g. ``"pods"``, ``"rayclusters.ray.io"``) to extra indexers."""
+        list (see :mod:`runtime.cache.reflector`). ``by_resource`` maps a resource (or
+        its ``str()``, e.g. ``"pods"``, ``"rayclusters.ray.io"``) to what the cache holds
+        of it (:class:`ByResource`). ``indexers`` (the older spelling) maps a resource's
+        ``str()`` to extra indexers; they join those of ``by_resource`` (one name given
+        in both is a ``ValueError``). ``transform`` runs on every object of every
+        resource, before a :attr:`ByResource.transform`."""
         self.client = client
         self.namespaces = informer_.namespaces_of(namespace, namespaces)
         """The watched namespaces; ``()``: all."""
         self._watched = frozenset(self.namespaces)
+        self.by_resource = by_resource_of(by_resource)
+        """What the cache holds of each resource, keyed by the resource's ``str()``;
+        a resource not in it is cached whole."""
         self.indexers = {k: dict(v) for k, v in (indexers or {}).items()}
+        for name, options in self.by_resource.items():
+            mine = self.indexers.setdefault(name, {})
+            for index in options.indexers:
+                if index in mine:
+                    raise ValueError(f"index {index!r} of {name} given twice")
+            mine.update(options.indexers)
         self.transform = transform
         self.resync = resync
         self.debug = debug
@@ -132,12 +251,16 @@ class Cache:
         cache is started (else by :meth:`start`, or by the first read)."""
         found = self._informers.get(resource)
         if found is None:
+            options = self.by_resource.get(str(resource)) or ByResource()
             found = informer_.SharedInformer(
                 self.client,
                 resource,
                 namespaces=self.namespaces,
+                label_selector=options.label_selector,
+                field_selector=options.field_selector,
                 indexers=self.indexers.get(str(resource)),
                 transform=self.transform,
+                then_transform=options.transform,
                 resync=self.resync,
                 debug=self.debug,
                 watch_list=self.watch_list,

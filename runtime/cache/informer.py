@@ -28,6 +28,15 @@
   which). The object stored is a copy: the caller may go on changing its own. An
   object in a namespace the informer does not watch is never written through.
 
+- ``label_selector`` and ``field_selector`` filter the informer: they are sent on
+  every list and watch (see :mod:`runtime.cache.reflector`), so only matching
+  objects are stored and handlers see no others. Write-through keeps to that view:
+  a written object that does not match is not stored, and one that stopped matching
+  leaves the store (handlers see a delete), as the watch's DELETED will say.
+- ``transform`` runs on every object before it is stored (default:
+  :func:`~runtime.cache.store.default_transform`), then ``then_transform`` if given.
+  The object they get is the informer's own, never a caller's.
+
 >>> namespaces_of("team-a", ())
 ('team-a',)
 >>> namespaces_of(None, ["team-a", "team-b", "team-a"])
@@ -44,12 +53,14 @@ import asyncio
 import copy
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import structlog
 
+from runtime.cache import fields as fields_
 from runtime.cache import reflector as reflector_
+from runtime.cache import selector as selector_
 from runtime.cache import store as store_
 from runtime.client import client as client_
 from runtime.client import resources
@@ -94,8 +105,10 @@ class SharedInformer:
         namespace: str | None = None,
         namespaces: Sequence[str] = (),
         label_selector: str | None = None,
-        indexers: dict[str, store_.Indexer] | None = None,
+        field_selector: str | None = None,
+        indexers: Mapping[str, store_.Indexer] | None = None,
         transform: store_.Transform | None = store_.default_transform,
+        then_transform: store_.Transform | None = None,
         resync: float | None = None,
         debug: bool = False,
         watch_list: bool = False,
@@ -105,6 +118,16 @@ class SharedInformer:
         self.namespaces: tuple[str, ...] = watched if resource.namespaced else ()
         """The namespaces served; ``()``: all (or a cluster-scoped resource)."""
         self._watched = frozenset(self.namespaces)
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        labels = selector_.parse(label_selector) if label_selector else None
+        fields = fields_.parse(field_selector) if field_selector else None
+        self._labels, self._fields = labels, fields
+        # The default transform copies the object; write-through copies it otherwise.
+        self._transform_copies = transform is store_.default_transform
+        if then_transform is not None:
+            first = transform
+            transform = then_transform if first is None else lambda obj: then_transform(first(obj))
         self.store = store_.Store(indexers, transform=transform, debug=debug)
         self.resync = resync
         self._handlers: list[Handler] = []
@@ -121,6 +144,7 @@ class SharedInformer:
                 self._dispatch,
                 namespace=scope,
                 label_selector=label_selector,
+                field_selector=field_selector,
                 on_synced=functools.partial(self._reflector_synced, scope),
                 watch_list=watch_list,
             )
@@ -135,6 +159,12 @@ class SharedInformer:
     def watches(self, namespace: str | None) -> bool:
         """Whether objects of ``namespace`` belong in this informer."""
         return not self._watched or namespace in self._watched
+
+    def selects(self, obj: store_.Obj) -> bool:
+        """Whether ``obj`` matches the informer's label and field selectors."""
+        if self._labels is not None and not self._labels.matches(obj["metadata"].get("labels")):
+            return False
+        return self._fields is None or self._fields.matches(obj)
 
     def _reflector_synced(self, scope: str | None) -> None:
         self._unsynced.discard(scope)
@@ -188,7 +218,14 @@ class SharedInformer:
         store = self.store
         if not store.accepts(obj):
             return False
-        if store.transform is not store_.default_transform:
+        if not self.selects(obj):
+            # Outside the filtered view (now): the watch will say DELETED; say it first.
+            key = store_.key_for(obj)
+            gone = store.delete(key, meta.get("resourceVersion")) if key in store else None
+            if gone is not None:
+                self._dispatch("delete", gone, None)
+            return False
+        if not self._transform_copies:
             obj = copy.deepcopy(obj)  # the default transform copies; others need not
         stored, previous = store.upsert(obj)
         self._dispatch("add" if previous is None else "update", stored, previous)

@@ -31,7 +31,11 @@ Contract (client-go's reflector, in our words):
    newer write got there first) does not roll the store back, nor does one at or
    below a tombstone bring a deleted object back.
 
-6. ``watch_list=True`` replaces step 1 by one watch with ``sendInitialEvents``
+6. ``label_selector`` and ``field_selector`` are sent on every list and watch: the
+   store holds only the objects that match, and an object that stops matching
+   arrives as DELETED (the server sends that), so it leaves the store.
+
+7. ``watch_list=True`` replaces step 1 by one watch with ``sendInitialEvents``
    (WatchList, on by default in the apiserver since 1.32): the initial state
    arrives as ADDED events up to a BOOKMARK annotated
    ``k8s.io/initial-events-end``, the store is replaced there, and the same
@@ -114,6 +118,7 @@ class Reflector:
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         on_synced: Callable[[], None] | None = None,
         page_size: int = 500,
         min_watch_timeout: int = 300,
@@ -126,6 +131,7 @@ class Reflector:
         self.on_event = on_event
         self.namespace = namespace
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.on_synced = on_synced
         self.page_size = page_size
         self.min_watch_timeout = min_watch_timeout
@@ -181,6 +187,7 @@ class Reflector:
             self.resource,
             self.namespace,
             label_selector=self.label_selector,
+            field_selector=self.field_selector,
             resource_version=resource_version,
             page_size=self.page_size,
         )
@@ -210,6 +217,7 @@ class Reflector:
             self.namespace,
             timeout_seconds=self._timeout(),
             label_selector=self.label_selector,
+            field_selector=self.field_selector,
             allow_bookmarks=True,
             send_initial_events=True,
         )
@@ -235,6 +243,7 @@ class Reflector:
             resource_version=self.resource_version,
             timeout_seconds=self._timeout(),
             label_selector=self.label_selector,
+            field_selector=self.field_selector,
             allow_bookmarks=True,
         )
         await self._consume(events)

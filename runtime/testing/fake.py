@@ -61,8 +61,11 @@ Watches:
 - without a ``resourceVersion`` (or with ``"0"``), a watch starts with an ADDED
   event for each existing object, then streams changes; with one, it streams the
   changes after it (and BOOKMARKs on :meth:`FakeClient.bookmark`);
-- with a label selector, an object that stops matching arrives as DELETED and
-  one that starts matching as ADDED;
+- lists and watches take label and field selectors (:mod:`runtime.cache.fields`:
+  ``=``, ``==``, ``!=`` on any dotted path; a real server supports only a few
+  fields per kind and refuses the others with 400, the fake does not check);
+  on a watch, an object that stops matching arrives as DELETED and one that
+  starts matching as ADDED;
 - :meth:`FakeClient.compact` compacts at the current resourceVersion R, as etcd
   does: changes before R are forgotten, so a **new** watch that would replay one
   (from a resourceVersion below R - 1) answers :class:`~runtime.client.errors.Gone`
@@ -78,7 +81,7 @@ recorded in :attr:`FakeClient.calls` as ``(verb, resource, subresource)`` so tes
 can count writes; returned objects are copies, as from a real server.
 
 It is for unit tests only: integration tests use the real control plane
-(:mod:`runtime.testing.controlplane`). Not covered: field selectors, strategic
+(:mod:`runtime.testing.controlplane`). Not covered: strategic
 and server-side-apply patches, admission webhooks, schema validation, defaulting
 (a Pod gets no ``status.phase``), garbage collection of owned objects.
 """
@@ -95,6 +98,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 from runtime import clock
+from runtime.cache import fields as fields_
 from runtime.cache import selector as selector_
 from runtime.client import client as client_
 from runtime.client import errors, resources
@@ -145,6 +149,17 @@ _DELETE_ANSWERS_OBJECT = frozenset({
     ("", "PersistentVolume"), ("", "PersistentVolumeClaim"), ("", "PodTemplate"),
     ("", "ResourceQuota"),
 })  # fmt: skip
+
+
+class _Filter:
+    """A list's or watch's label and field selectors."""
+
+    def __init__(self, label_selector: str | None, field_selector: str | None) -> None:
+        self.labels = selector_.parse(label_selector or "")
+        self.fields = fields_.parse(field_selector or "")
+
+    def matches(self, obj: Obj) -> bool:
+        return self.labels.matches(obj["metadata"].get("labels")) and self.fields.matches(obj)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -282,9 +297,7 @@ class FakeClient:
         page_size: int = 500,
     ) -> client_.ListResult:
         self._record("list", resource)
-        if field_selector:
-            raise NotImplementedError("the fake client does not support field selectors")
-        selector = selector_.parse(label_selector or "")
+        selector = _Filter(label_selector, field_selector)
         items = [
             copy.deepcopy(obj)
             for obj in self._current(resource)
@@ -293,7 +306,7 @@ class FakeClient:
                 or not resource.namespaced
                 or obj["metadata"].get("namespace") == namespace
             )
-            and selector.matches(obj["metadata"].get("labels"))
+            and selector.matches(obj)
         ]
         return client_.ListResult(items, str(self._last_rv))
 
@@ -434,9 +447,7 @@ class FakeClient:
         send_initial_events: bool = False,
     ) -> AsyncGenerator[Obj, None]:
         self._record("watch", resource)
-        if field_selector:
-            raise NotImplementedError("the fake client does not support field selectors")
-        selector = selector_.parse(label_selector or "")
+        selector = _Filter(label_selector, field_selector)
         queue: asyncio.Queue[_Change] = asyncio.Queue()
         if send_initial_events or resource_version in (None, "", "0"):
             for obj in self._current(resource):
@@ -472,9 +483,9 @@ class FakeClient:
                         meta = obj["metadata"]
                         if namespace and resource.namespaced and meta.get("namespace") != namespace:
                             continue
-                        matches = selector.matches(meta.get("labels"))
+                        matches = selector.matches(obj)
                         if kind == "MODIFIED" and old is not None:
-                            matched = selector.matches(old["metadata"].get("labels"))
+                            matched = selector.matches(old)
                             if matched and not matches:  # it left: DELETED, as it was before
                                 old["metadata"]["resourceVersion"] = meta["resourceVersion"]
                                 kind, obj, matches = "DELETED", old, True

@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 
 import api.v1 as v1
+import controllers
 from controllers import raycluster, rayservice
 from controllers.ray import dashboard
 from controllers.rayservice import reconciler as reconciler_
@@ -389,7 +390,7 @@ async def start_manager(
     client = await client_.Client.from_kubeconfig(cp.kubeconfig)
     mgr = manager_.Manager(client, manager_.Options(
         namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
-        graceful_shutdown_timeout=5.0,
+        graceful_shutdown_timeout=5.0, cache_by_resource=controllers.cache_by_resource(),
     ))  # fmt: skip
     dashboards = dashboard.Dashboards(api=client)
     factory: dashboard.DashboardFactory = dashboards

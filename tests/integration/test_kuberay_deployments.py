@@ -118,9 +118,7 @@ RUNNING = sorted(n for n in DEPLOYMENTS if n != "helm-batch-scheduler")
 def test_kuberay_deployment_arguments_start_the_manager(
     name: str, control_plane: controlplane.ControlPlane, tmp_path: pathlib.Path, namespace: str
 ) -> None:
-    control_plane.request(
-        "POST", f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters", CLUSTER
-    )
+    control_plane.request("POST", f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters", CLUSTER)
     started = start(name, control_plane, tmp_path, namespace)
     try:
         started.wait_ready()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
+import controllers
 from controllers import raycluster
 from controllers.raycluster import pods, services
 from runtime import manager as manager_
@@ -49,7 +50,8 @@ async def manager(
 ) -> AsyncIterator[manager_.Manager]:
     client = await client_.Client.from_kubeconfig(control_plane.kubeconfig)
     mgr = manager_.Manager(client, manager_.Options(
-        namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0"))  # fmt: skip
+        namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
+        cache_by_resource=controllers.cache_by_resource()))  # fmt: skip
     raycluster.setup(mgr, skip_name_validation=True)
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))

@@ -277,8 +277,14 @@ def test_an_unparsable_kubeconfig_is_reported_on_one_line(
 def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
     options = ran.options
-    assert options == manager.Options(leader_election=True, health_probe_bind_address=":8082"), (
-        "the Manager's defaults, but KubeRay's leader election (on) and probe port"
+    assert options == manager.Options(
+        leader_election=True,
+        health_probe_bind_address=":8082",
+        cache_by_resource=controllers.cache_by_resource(),
+    ), "the Manager's defaults, but KubeRay's leader election (on) and probe port, and the "
+    "operator's cache filters"
+    assert options.cache_by_resource["pods"].label_selector == (
+        "ray.io/node-type in (head,worker,redis-cleanup)"
     )
     assert options.namespaces == (), "all namespaces"
     assert ran.setup == [
@@ -310,7 +316,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert mgr.options == manager.Options(
         namespaces=("team-a",), leader_election=True, leader_election_id="my-lease",
         leader_election_namespace="ops", metrics_bind_address="127.0.0.1:9090",
-        health_probe_bind_address="0",
+        health_probe_bind_address="0", cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -347,6 +353,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
     assert mgr.options == manager.Options(
         namespaces=("team-b",), leader_election=True, leader_election_id="env-lease",
         metrics_bind_address="127.0.0.1:9100", health_probe_bind_address="127.0.0.1:9101",
+        cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -386,6 +393,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
     assert mgr.options == manager.Options(
         namespaces=("team-a", "team-b"), leader_election=True, leader_election_namespace="ops",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
+        cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -588,6 +596,7 @@ def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
     assert mgr.options == manager.Options(
         namespaces=("team-a", "team-b"), leader_election=False,
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
+        cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
     assert (mgr.client.options.qps, mgr.client.options.burst) == (30.0, 60)
     (setup,) = ran.setup

@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 import api.v1 as v1
+import controllers
 from controllers.raycluster import pods, services
 from controllers.raycluster import reconciler as reconciler_
 from runtime import events, reconcile
@@ -56,7 +57,12 @@ class Env:
         registry = resources.default_registry.copy()
         v1.add_to_registry(registry)
         self.client = fake.FakeClient(registry, namespaces=["ns"])
-        self.cache = cache_.Cache(self.client, debug=True)  # type: ignore[arg-type]
+        # The cache the binary builds: only Ray pods (controllers.cache_by_resource).
+        self.cache = cache_.Cache(
+            self.client,  # type: ignore[arg-type]
+            by_resource=controllers.cache_by_resource(),
+            debug=True,
+        )
         self.recorder = events.Recorder(self.client, "test")  # type: ignore[arg-type]
         self.reconciler = reconciler_.Reconciler(
             self.client, self.cache, self.recorder,

@@ -13,6 +13,7 @@ import datetime
 from typing import Any
 
 import api.v1 as v1
+import controllers
 from controllers.ray import fake as fake_dashboards
 from controllers.raycluster import interface as raycluster
 from controllers.rayservice import clusters, services
@@ -72,7 +73,12 @@ class Env:
         registry = resources.default_registry.copy()
         v1.add_to_registry(registry)
         self.client = fake.FakeClient(registry, namespaces=["ns"])
-        self.cache = cache_.Cache(self.client, debug=True)  # type: ignore[arg-type]
+        # The cache the binary builds: only Ray pods (controllers.cache_by_resource).
+        self.cache = cache_.Cache(
+            self.client,  # type: ignore[arg-type]
+            by_resource=controllers.cache_by_resource(),
+            debug=True,
+        )
         self.recorder = events.Recorder(self.client, "test")  # type: ignore[arg-type]
         self.dashboards = fake_dashboards.FakeDashboards()
         self.now = T0

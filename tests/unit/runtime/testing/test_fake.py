@@ -230,6 +230,27 @@ async def test_a_label_selector_watch_sees_objects_leave_and_enter_it() -> None:
         assert await take(events, 2) == [("DELETED", "a"), ("ADDED", "a")]
 
 
+async def test_field_selectors_filter_lists_and_watches() -> None:
+    client = new_client()
+    await client.create(cm("a"))
+    await client.create(cm("b"))
+    listed = await client.list(CM, "ns", field_selector="metadata.name!=a")
+    assert [o["metadata"]["name"] for o in listed.items] == ["b"]
+    both = await client.list(CM, field_selector="metadata.namespace=ns,metadata.name=a")
+    assert [o["metadata"]["name"] for o in both.items] == ["a"]
+    async with contextlib.aclosing(client.watch(CM, "ns", field_selector="data.k=v")) as events:
+        assert sorted(await take(events, 2)) == [("ADDED", "a"), ("ADDED", "b")]
+        a = await client.get(CM, "ns", "a")
+        a["data"] = {"k": "other"}
+        a = await client.update(a)
+        await client.create(cm("c"))
+        a["data"] = {"k": "v"}
+        await client.update(a)
+        assert await take(events, 3) == [("DELETED", "a"), ("ADDED", "c"), ("ADDED", "a")]
+    with pytest.raises(ValueError, match="invalid field selector"):
+        await client.list(CM, field_selector="metadata.name")
+
+
 async def test_a_watch_without_resource_version_starts_with_the_current_objects() -> None:
     client = new_client()
     await client.create(cm("a"))

@@ -1,0 +1,44 @@
+"""``controllers.cache_by_resource``: the manager's cache holds Ray pods only, and every pod
+the RayCluster builders make is one of them (else the operator would not see its own pods)."""
+
+from __future__ import annotations
+
+import controllers
+from api import v1
+from controllers.raycluster import pods
+from runtime.cache import selector
+from runtime.client import resources
+
+POD = resources.default_registry.for_kind("v1", "Pod")
+
+
+def cluster(labels: dict[str, str]) -> v1.RayCluster:
+    container = {"name": "ray", "image": "rayproject/ray:2.46.0"}
+    template = {"metadata": {"labels": labels}, "spec": {"containers": [container]}}
+    return v1.RayCluster.model_validate({
+        "metadata": {"name": "demo", "namespace": "ns"},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": template},
+                 "workerGroupSpecs": [{"groupName": "g", "replicas": 1, "template": template}]},
+    })  # fmt: skip
+
+
+def test_pods_are_filtered_as_kuberay_v1_7_does_and_nothing_else_is() -> None:
+    by = controllers.cache_by_resource()
+    assert list(by) == [POD]
+    assert by[POD].label_selector == "ray.io/node-type in (head,worker,redis-cleanup)"
+    assert by[POD].field_selector is None
+    assert by[POD].transform is None, "the default transform (managedFields dropped) only"
+
+
+def test_every_pod_we_build_is_in_the_cache_and_other_pods_are_not() -> None:
+    sel = selector.parse(controllers.cache_by_resource()[POD].label_selector or "")
+    # A template that tries to set the node type (or drop it) cannot take a pod out.
+    for labels in ({}, {"ray.io/node-type": "other", "app": "x"}):
+        c = cluster(labels)
+        head = pods.head_pod(c)
+        worker = pods.worker_pod(c, c.spec.worker_group_specs[0])
+        assert sel.matches(head["metadata"]["labels"])
+        assert sel.matches(worker["metadata"]["labels"])
+    assert not sel.matches({"app": "web"})
+    assert not sel.matches({"ray.io/cluster": "demo"}), "a cluster label alone is not enough"
+    assert not sel.matches({"ray.io/node-type": "other"})
