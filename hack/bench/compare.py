@@ -206,6 +206,7 @@ def start_operator(
         return kuberay(args.kuberay_bin, kubeconfig, work)
     return _common.Manager.ours(kubeconfig, work, [
         "--use-kubernetes-proxy", "--log-level", args.manager_log_level, "--log-format", "json",
+        "--leader-elect=false",  # as KubeRay above: no Lease writes in either's counts
     ])  # fmt: skip
 
 
