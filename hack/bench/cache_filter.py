@@ -152,7 +152,7 @@ async def create_pods(client: client_.Client, count: int, annotation_bytes: int)
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     options = controlplane.Options(bin_dir=_common.bin_dir(args.bin_dir), start_timeout=120)
-    manager_args = ["--log-level", "warning", "--log-format", "json"]
+    manager_args = ["--log-level", "warning", "--log-format", "json", "--leader-elect=false"]
     with (
         tempfile.TemporaryDirectory(prefix="bench-cache-filter-") as tmp,
         controlplane.running(options) as cp,
