@@ -32,5 +32,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     HOME=/tmp \
     TMPDIR=/tmp
 COPY --from=builder /opt/venv /opt/venv
+# KubeRay's command: its Helm chart runs `/manager` (operatorCommand), so a KubeRay values
+# file starts this operator unchanged. A copy of the console script (its shebang names
+# the venv's python, so it runs from any path).
+COPY --from=builder /opt/venv/bin/rayservice-manager /manager
 USER 65532:65532
 ENTRYPOINT ["rayservice-manager"]

@@ -9,7 +9,8 @@
   namespaced overlay's patch) is a flag ``rayservice-manager --help`` lists and that parses;
   the probe and metrics ports are the ones the manager then listens on.
 - The Dockerfile's final stage runs as the Deployment's uid/gid and starts the console
-  script; ``.dockerignore`` keeps what the build copies and drops the rest.
+  script, also at ``/manager`` (KubeRay's command); ``.dockerignore`` keeps what the build
+  copies and drops the rest.
 - ``make kind-e2e`` with stand-ins for docker, kind, kubectl and the venv's Python (no
   Docker engine here): a missing tool or engine stops it with one line naming it; otherwise
   the steps run in order with the cluster, image and kubeconfig the README documents.
@@ -253,6 +254,22 @@ def test_the_image_starts_the_console_script() -> None:
     [entrypoint] = _final("ENTRYPOINT")
     assert json.loads(entrypoint) == ["rayservice-manager"]
     assert _dockerfile_env()["PATH"].split(":")[0] == "/opt/venv/bin"
+
+
+def test_the_image_has_kuberays_command_as_a_copy_of_the_console_script(
+    tmp_path: pathlib.Path,
+) -> None:
+    # KubeRay's Helm chart runs `/manager` (its operatorCommand value).
+    assert "--from=builder /opt/venv/bin/rayservice-manager /manager" in _final("COPY")
+    # A console script's shebang names its venv's python: a copy runs from any path.
+    script = pathlib.Path(sys.executable).with_name("rayservice-manager")
+    copy = tmp_path / "manager"
+    shutil.copy2(script, copy)
+    done = subprocess.run(
+        [str(copy), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--feature-gates" in done.stdout
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
