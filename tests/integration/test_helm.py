@@ -8,6 +8,17 @@ are flags ``rayservice-manager`` accepts with the meaning the values give them. 
 ``watchNamespace`` (or ``singleNamespaceInstall``) a Role and a RoleBinding in each
 watched namespace replace the ClusterRole, and the manager gets ``--namespace``.
 
+KubeRay v1.7.0's own values file (``testdata/kuberay-v1.7.0/values.yaml``, verbatim)
+renders, every argument is a flag ``rayservice-manager --help`` lists, and each of its
+keys has KubeRay's meaning: ``featureGates`` -> ``--feature-gates``; ``configuration``
+-> a ConfigMap that ``controllers.configuration`` parses and that, through ``--config``,
+gives the manager the very settings the flags would; ``logging`` -> a log file on an
+emptyDir; ``kubeClient`` -> ``--qps``/``--burst``; ``env``, ``labels``, ``annotations``,
+the probe and security-context overrides; ``metrics.serviceMonitor`` -> a ServiceMonitor
+of the metrics Service; ``rbacEnable``/``crNamespacedRbacEnable``. Every object the schema
+defines is closed: an unknown key, top-level or nested, fails naming it, and a batch
+scheduler fails at template time (none is integrated).
+
 On the real control plane: ``helm lint`` passes; ``helm install`` into a fresh namespace
 (Pod Security ``restricted`` enforced, so the Deployment's pod is only admitted if its
 security context is right) creates what the chart renders; ``rayservice-manager`` run on
@@ -25,8 +36,10 @@ The helm binary comes from ``hack/helm/install.sh`` (built once from the Go modu
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import pathlib
+import re
 import secrets
 import signal
 import socket
@@ -42,6 +55,7 @@ import pytest
 import yaml
 from pydantic_settings import CliApp
 
+from controllers import configuration
 from controllers import main as main_
 from runtime.testing import controlplane
 from tests.integration import helpers
@@ -95,6 +109,11 @@ def only(objs: list[Obj], kind: str) -> Obj:
 def config(path: str) -> Obj:
     doc: Obj = yaml.safe_load((ROOT / path).read_text())
     return doc
+
+
+def parse(args: list[str]) -> main_.Settings:
+    """``args`` read as ``rayservice-manager`` reads them (Go's boolean forms included)."""
+    return CliApp.run(main_.Settings, cli_args=main_._go_booleans(args))
 
 
 def manager_container(objs: list[Obj]) -> Obj:
@@ -152,7 +171,7 @@ def test_proxy_subresources_only_with_use_kubernetes_proxy(helm: pathlib.Path) -
         proxy_rules(proxied) == config("config/overlays/kubernetes-proxy/proxy_role.yaml")["rules"]
     )
     args = manager_container(proxied)["args"]
-    assert CliApp.run(main_.Settings, cli_args=args).dashboard_address_mode == "kubernetes-proxy"
+    assert parse(args).dashboard_address_mode == "kubernetes-proxy"
     namespaced = template(helm, "--set", "useKubernetesProxy=true", "--set", "watchNamespace={a}")
     role = next(o for o in namespaced if o["kind"] == "Role" and o["metadata"]["namespace"] == "a")
     assert [r for r in role["rules"] if "services/proxy" in r["resources"]]
@@ -175,11 +194,13 @@ def test_values_become_manager_flags_it_accepts(helm: pathlib.Path) -> None:
     assert default["image"] == "rayservice-operator:0.1.0"
     assert default["args"] == [
         "--leader-elect", "--leader-election-id=rayservice-operator-leader",
-        "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
+        "--metrics-bind-address=:8080", "--enable-metrics", "--health-probe-bind-address=:8081",
         "--log-format=json", "--log-level=info", "--reconcile-concurrency=1",
+        "--qps=100", "--burst=200",
     ]  # fmt: skip
-    settings = CliApp.run(main_.Settings, cli_args=default["args"])
+    settings = parse(default["args"])
     assert (settings.leader_elect, settings.namespace, settings.log_format) == (True, [], "json")
+    assert (settings.enable_metrics, settings.qps, settings.burst) == (True, 100, 200)
     assert [p["containerPort"] for p in default["ports"]] == [8080, 8081]
 
     objs = template(
@@ -191,9 +212,9 @@ def test_values_become_manager_flags_it_accepts(helm: pathlib.Path) -> None:
     )  # fmt: skip
     changed = manager_container(objs)
     assert changed["image"] == "example.com/rso:v9"
-    settings = CliApp.run(main_.Settings, cli_args=changed["args"])
-    assert settings.leader_elect is False
-    assert settings.metrics_bind_address == "0"
+    settings = parse(changed["args"])
+    assert settings.leader_elect is False, "the manager's default is on: it needs the flag"
+    assert (settings.metrics_bind_address, settings.enable_metrics) == ("0", False)
     assert (settings.log_format, settings.log_level) == ("console", "debug")
     assert settings.reconcile_concurrency == 4
     assert [p["name"] for p in changed["ports"]] == ["health"]
@@ -223,12 +244,16 @@ def test_watch_namespace_grants_roles_in_those_namespaces_only(helm: pathlib.Pat
     assert roles["ops"]["rules"] == config("config/rbac/leader_election_role.yaml")["rules"]
     args = manager_container(objs)["args"]
     assert "--namespace=team-a,team-b" in args
-    assert CliApp.run(main_.Settings, cli_args=args).namespace == ["team-a", "team-b"]
+    assert parse(args).namespace == ["team-a", "team-b"]
 
     single = template(helm, "--set", "singleNamespaceInstall=true", namespace="ops")
     assert not [o for o in single if o["kind"].startswith("Cluster")]
     assert sorted(o["rules"] == rules for o in single if o["kind"] == "Role") == [False, True]
     assert "--namespace=ops" in manager_container(single)["args"]
+    # Both: watchNamespace names the namespaces, as in KubeRay's chart.
+    both = template(helm, "--set", "singleNamespaceInstall=true", "--set", "watchNamespace={a}")
+    assert sorted(o["metadata"]["namespace"] for o in both if o["kind"] == "Role") == ["a", "ops"]
+    assert "--namespace=a" in manager_container(both)["args"]
 
 
 def test_helm_lint_passes(helm: pathlib.Path) -> None:
@@ -237,6 +262,315 @@ def test_helm_lint_passes(helm: pathlib.Path) -> None:
     assert "0 chart(s) failed" in done.stdout
     namespaced = run(str(helm), "lint", "--strict", str(CHART), "--set", "watchNamespace={a}")
     assert namespaced.returncode == 0, namespaced.stdout + namespaced.stderr
+
+
+# --- KubeRay's values file --------------------------------------------------------------------
+
+KUBERAY_VALUES = pathlib.Path(__file__).parent / "testdata/kuberay-v1.7.0/values.yaml"
+"""KubeRay v1.7.0's ``helm-chart/kuberay-operator/values.yaml``, verbatim."""
+
+
+def manager_help() -> tuple[set[str], set[str]]:
+    """The flags ``rayservice-manager --help`` lists, and the booleans among them (those
+    listed with a ``--no-`` twin)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "controllers.main", "--help"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", done.stdout))
+    return flags, {f for f in flags if f"--no-{f[2:]}" in flags}
+
+
+def assert_listed_flags(args: list[str]) -> None:
+    """Every argument is a flag ``--help`` lists (with its value, if it takes one)."""
+    flags, booleans = manager_help()
+    expecting_value = False
+    for arg in args:
+        if expecting_value:
+            expecting_value = False
+            continue
+        name, eq, _ = arg.partition("=")
+        assert name in flags, f"{arg!r} is not a flag of rayservice-manager"
+        expecting_value = not eq and name not in booleans and not name.startswith("--no-")
+
+
+def refused(helm: pathlib.Path, *flags: str) -> str:
+    done = run(str(helm), "template", "x", str(CHART), *flags)
+    assert done.returncode != 0, f"{flags} rendered"
+    return done.stderr
+
+
+def test_kuberays_values_file_renders_a_manager_that_starts(helm: pathlib.Path) -> None:
+    kuberay = yaml.safe_load(KUBERAY_VALUES.read_text())
+    objs = template(helm, "-f", str(KUBERAY_VALUES), release="kuberay-operator", namespace="ray")
+    deployment = only(objs, "Deployment")
+    container = manager_container(objs)
+    assert deployment["metadata"]["name"] == "kuberay-operator"
+    assert container["image"] == "quay.io/kuberay/operator:v1.7.0"
+    # Its command: the image has /manager (a copy of the console script, Dockerfile).
+    assert container["command"] == [kuberay["operatorCommand"]] == ["/manager"]
+    assert "--from=builder /opt/venv/bin/rayservice-manager /manager" in (
+        (ROOT / "Dockerfile").read_text()
+    )
+    assert_listed_flags(container["args"])
+    settings = parse(container["args"])
+    assert (settings.leader_elect, settings.enable_metrics) == (True, True)
+    assert (settings.qps, settings.burst, settings.reconcile_concurrency) == (100, 200, 1)
+    gates = settings.gates()
+    for gate in kuberay["featureGates"]:
+        assert gates.enabled(gate["name"]) is gate["enabled"], gate
+    assert settings.metrics_bind_address == ":8080"
+    assert settings.health_probe_bind_address == ":8081"
+    # Its probe timings and container security context; our pod security context stays.
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe] == {"httpGet": container[probe]["httpGet"], **kuberay[probe]}
+    assert container["securityContext"] == {**CONTAINER_SECURITY, **kuberay["securityContext"]}
+    assert deployment["spec"]["template"]["spec"]["securityContext"] == POD_SECURITY
+    assert container["resources"]["limits"] == kuberay["resources"]["limits"]
+    # `env:` with only comments is null: the chart's own variables only.
+    assert [e["name"] for e in container["env"]] == ["POD_NAMESPACE", "PYTHONDONTWRITEBYTECODE"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/component"] == kuberay["componentOverride"]
+    assert deployment["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "kuberay-operator",
+        "app.kubernetes.io/instance": "kuberay-operator",
+    }
+    assert only(objs, "ServiceAccount")["metadata"]["name"] == kuberay["serviceAccount"]["name"]
+    service = only(objs, "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"][0]["port"] == kuberay["service"]["port"]
+    assert not [o for o in objs if o["kind"] in ("ConfigMap", "ServiceMonitor")]
+    lint = run(str(helm), "lint", "--strict", str(CHART), "-f", str(KUBERAY_VALUES))
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_every_key_of_kuberays_values_file_is_declared_by_our_schema() -> None:
+    """KubeRay's keys, nested ones too, and those its file only mentions in comments."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def resolve(node: Obj) -> Obj:
+        ref = node.get("$ref", "")
+        return resolve(schema["definitions"][ref.rpartition("/")[2]]) if ref else node
+
+    def missing(values: Obj, node: Obj, path: str) -> list[str]:
+        node = resolve(node)
+        if node.get("additionalProperties") is not False:
+            return []  # an open object (a Kubernetes type or a map of strings)
+        out = []
+        for key, value in values.items():
+            if key not in node["properties"]:
+                out.append(f"{path}{key}")
+            elif isinstance(value, dict):
+                out += missing(value, node["properties"][key], f"{path}{key}.")
+            elif isinstance(value, list) and value and isinstance(value[0], dict):
+                item = resolve(node["properties"][key]).get("items", {})
+                out += [m for v in value for m in missing(v, item, f"{path}{key}[].")]
+        return out
+
+    values = yaml.safe_load(KUBERAY_VALUES.read_text())
+    values |= {"watchNamespace": ["a"], "useKubernetesProxy": True}  # commented out there
+    assert missing(values, schema, "") == []
+    assert missing({"metrics": {"nope": 1}}, schema, "") == ["metrics.nope"], "the check checks"
+
+
+def test_unknown_keys_fail_naming_them(helm: pathlib.Path) -> None:
+    assert "additional properties 'watchNamespaces' not allowed" in refused(
+        helm, "--set", "watchNamespaces={a}"
+    )
+    nested = refused(helm, "--set", "metrics.serviceMonitor.intervall=10s")
+    assert "/metrics/serviceMonitor" in nested
+    assert "additional properties 'intervall' not allowed" in nested
+    gate = refused(
+        helm, "--set", "featureGates[0].name=RayCronJob",
+        "--set", "featureGates[0].enabled=true", "--set", "featureGates[0].on=true",
+    )  # fmt: skip
+    assert "additional properties 'on' not allowed" in gate
+    assert "additional properties 'fileNmae' not allowed" in refused(
+        helm, "--set", "logging.fileNmae=x.log"
+    )
+
+
+def test_batch_scheduler_fails_at_template_time(helm: pathlib.Path) -> None:
+    for flags in (
+        ["--set", "batchScheduler.name=volcano"],
+        ["--set", "batchScheduler.enabled=true"],
+    ):
+        message = refused(helm, *flags)
+        assert "no batch scheduler is integrated in rayservice-operator" in message, message
+    assert "volcano" in refused(helm, "--set", "batchScheduler.name=volcano")
+
+
+def test_feature_gates_become_the_flag(helm: pathlib.Path) -> None:
+    assert not [a for a in manager_container(template(helm))["args"] if "gates" in a]
+    args = manager_container(template(
+        helm, "--set", "featureGates[0].name=RayCronJob", "--set", "featureGates[0].enabled=true",
+        "--set", "featureGates[1].name=RayClusterStatusConditions",
+        "--set", "featureGates[1].enabled=false",
+    ))["args"]  # fmt: skip
+    assert "--feature-gates=RayCronJob=true,RayClusterStatusConditions=false" in args
+    gates = parse(args).gates()
+    assert (gates.enabled("RayCronJob"), gates.enabled("RayClusterStatusConditions")) == (
+        True, False
+    )  # fmt: skip
+
+
+RICH = (
+    "--set", "watchNamespace={team-a,team-b}", "--set", "useKubernetesProxy=true",
+    "--set", "kubeClient.qps=50.5", "--set", "kubeClient.burst=70",
+    "--set", "reconcileConcurrency=3", "--set", "leaderElectionEnabled=false",
+    "--set", "logging.baseDir=/tmp/kuberay-logs", "--set", "logging.fileName=operator.log",
+    "--set", "logging.fileEncoder=console", "--set", "logging.stdoutEncoder=console",
+    "--set", "featureGates[0].name=RayCronJob", "--set", "featureGates[0].enabled=true",
+    "--set", "metrics.port=9090", "--set", "probePort=9091",
+)  # fmt: skip
+
+
+def test_configuration_enabled_is_a_configmap_the_manager_reads_as_the_flags(
+    helm: pathlib.Path,
+) -> None:
+    """The same values, as flags or as KubeRay's Configuration file, give the manager the
+    same settings (``--config`` replaces flags exactly as ``rayservice-manager`` does)."""
+    flagged = parse(manager_container(template(helm, *RICH))["args"])
+    objs = template(
+        helm, *RICH, "--set", "configuration.enabled=true",
+        "--set", "configuration.defaultPodLabels.team=ray",
+        "--set", "configuration.defaultContainerEnvs[0].name=RAY_X",
+        "--set-string", "configuration.defaultContainerEnvs[0].value=1",
+        "--set", "configuration.headSidecarContainers[0].name=fluentbit",
+        "--set", "configuration.headSidecarContainers[0].image=fluent/fluent-bit:1.9",
+    )  # fmt: skip
+    configmap = only(objs, "ConfigMap")
+    assert configmap["metadata"]["name"] == "rayservice-operator-config"
+    config = configuration.parse(configmap["data"]["config.yaml"])
+    assert config.default_pod_labels == {"team": "ray"}
+    assert config.default_container_envs == [{"name": "RAY_X", "value": "1"}]
+    assert config.head_sidecar_containers == [{"name": "fluentbit",
+                                               "image": "fluent/fluent-bit:1.9"}]  # fmt: skip
+    container = manager_container(objs)
+    assert container["args"][0] == "--config=/etc/kuberay/config.yaml"
+    assert_listed_flags(container["args"])
+    pod = only(objs, "Deployment")["spec"]["template"]
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "operator-config"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    assert {"name": "operator-config", "mountPath": "/etc/kuberay", "readOnly": True} in (
+        container["volumeMounts"]
+    )
+    assert pod["metadata"]["annotations"]["checksum/config"], "a new config rolls the pod"
+    configured = parse(container["args"])
+    overridden = main_._apply(config, configured, container["args"])
+    assert overridden == [], "the chart passes no flag the file replaces"
+    fields = (
+        "leader_elect", "leader_election_id", "namespace", "metrics_bind_address",
+        "health_probe_bind_address", "enable_metrics", "reconcile_concurrency", "qps", "burst",
+        "dashboard_address_mode", "log_format", "log_level", "log_file_path", "log_file_encoder",
+        "feature_gates",
+    )  # fmt: skip
+    assert {f: getattr(configured, f) for f in fields} == {f: getattr(flagged, f) for f in fields}
+    assert (flagged.qps, flagged.burst, flagged.namespace) == (50.5, 70, ["team-a", "team-b"])
+    assert flagged.dashboard_address_mode == "kubernetes-proxy"
+    # Metrics off: the file says so too.
+    off = template(helm, "--set", "configuration.enabled=true", "--set", "metrics.enabled=false")
+    config = configuration.parse(only(off, "ConfigMap")["data"]["config.yaml"])
+    assert (config.metrics_addr, config.enable_metrics) == ("0", False)
+
+
+def test_logging_to_a_file_mounts_an_empty_dir_there(helm: pathlib.Path) -> None:
+    objs = template(
+        helm, "--set", "logging.baseDir=/var/log/kuberay", "--set", "logging.fileName=op.log",
+        "--set", "logging.fileEncoder=console", "--set", "logging.sizeLimit=1Gi",
+    )  # fmt: skip
+    container = manager_container(objs)
+    settings = parse(container["args"])
+    assert settings.log_file_path == pathlib.Path("/var/log/kuberay/op.log")
+    assert settings.log_file_encoder == "console"
+    assert {"name": "kuberay-logs", "mountPath": "/var/log/kuberay"} in container["volumeMounts"]
+    volumes = only(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "kuberay-logs", "emptyDir": {"sizeLimit": "1Gi"}} in volumes
+    # Only a directory and a name make a file, as in KubeRay's chart.
+    half = manager_container(template(helm, "--set", "logging.baseDir=/var/log/kuberay"))
+    assert not [a for a in half["args"] if a.startswith("--log-file")]
+    assert [m["name"] for m in half["volumeMounts"]] == ["tmp"]
+
+
+def test_kube_client_env_labels_annotations_and_overrides(helm: pathlib.Path) -> None:
+    objs = template(
+        helm, "--set", "kubeClient.qps=1000000", "--set", "kubeClient.burst=1000000",
+        "--set", "env[0].name=CLUSTER_DOMAIN", "--set", "env[0].value=example.org",
+        "--set", "labels.team=ray", "--set", "podLabels.tier=ops",
+        "--set", "annotations.owner=ray-team", "--set", "podAnnotations.note=x",
+        "--set", "livenessProbe.failureThreshold=7", "--set", "readinessProbe.periodSeconds=3",
+        "--set", "securityContext.runAsNonRoot=true", "--set", "podSecurityContext.fsGroup=2000",
+        "--set", "priorityClassName=system-cluster-critical", "--set", "operatorCommand=/manager",
+        "--set", "componentOverride=operator",
+    )  # fmt: skip
+    container = manager_container(objs)
+    settings = parse(container["args"])
+    assert (settings.qps, settings.burst) == (1_000_000, 1_000_000)
+    assert container["env"][-1] == {"name": "CLUSTER_DOMAIN", "value": "example.org"}
+    assert container["command"] == ["/manager"]
+    deployment = only(objs, "Deployment")
+    pod = deployment["spec"]["template"]
+    assert deployment["metadata"]["labels"]["team"] == "ray"
+    assert "tier" not in deployment["metadata"]["labels"]
+    assert (pod["metadata"]["labels"]["team"], pod["metadata"]["labels"]["tier"]) == ("ray", "ops")
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    assert pod["metadata"]["annotations"] == {"owner": "ray-team", "note": "x"}
+    assert set(deployment["spec"]["selector"]["matchLabels"].items()) <= set(
+        pod["metadata"]["labels"].items()
+    )
+    assert container["livenessProbe"]["failureThreshold"] == 7
+    assert container["readinessProbe"]["periodSeconds"] == 3
+    assert container["securityContext"] == {**CONTAINER_SECURITY, "runAsNonRoot": True}
+    assert pod["spec"]["securityContext"] == {**POD_SECURITY, "fsGroup": 2000}
+    assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
+    # A label that would break the selector is not taken.
+    clash = only(template(helm, "--set", "labels.app\\.kubernetes\\.io/name=other"), "Deployment")
+    assert clash["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == (
+        "rayservice-operator"
+    )
+
+
+def test_rbac_enable_and_cr_namespaced_rbac_enable(helm: pathlib.Path) -> None:
+    rbac = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    assert not [o for o in template(helm, "--set", "rbacEnable=false") if o["kind"] in rbac]
+    objs = template(helm, "--set", "watchNamespace={a}", "--set", "crNamespacedRbacEnable=false")
+    left = [(o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] in rbac]
+    assert left == [("Role", "rayservice-operator-leader-election"),
+                    ("RoleBinding", "rayservice-operator-leader-election")]  # fmt: skip
+
+
+def test_service_monitor_scrapes_the_metrics_service(helm: pathlib.Path) -> None:
+    assert not [o for o in template(helm) if o["kind"] == "ServiceMonitor"]
+    objs = template(
+        helm, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.port=9090",
+        "--set", "metrics.serviceMonitor.additionalLabels.release=prometheus",
+        "--set", "metrics.serviceMonitor.namespace=monitoring", "--set", "service.port=80",
+        namespace="ops",
+    )  # fmt: skip
+    monitor, service = only(objs, "ServiceMonitor"), only(objs, "Service")
+    pod = only(objs, "Deployment")["spec"]["template"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint == {"path": "/metrics", "port": "http", "interval": "30s", "honorLabels": True}
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert set(selector.items()) <= set(service["metadata"]["labels"].items())
+    [port] = service["spec"]["ports"]
+    assert (port["name"], port["port"], port["targetPort"]) == ("http", 80, "metrics")
+    assert set(service["spec"]["selector"].items()) <= set(pod["metadata"]["labels"].items())
+    container = manager_container(objs)
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
+    assert parse(container["args"]).metrics_bind_address == ":9090"
+    # Without metrics there is nothing to scrape: no Service, and a monitor is refused.
+    assert not [
+        o for o in template(helm, "--set", "metrics.enabled=false") if o["kind"] == "Service"
+    ]
+    assert "metrics.serviceMonitor.enabled needs metrics.enabled" in refused(
+        helm, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.enabled=false"
+    )
 
 
 def free_port() -> int:
@@ -302,6 +636,7 @@ def test_install_run_as_the_charts_account_and_uninstall(
         "RoleBinding": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/"
         f"{fullname}-leader-election",
         "Deployment": f"/apis/apps/v1/namespaces/{ns}/deployments/{fullname}",
+        "Service": f"/api/v1/namespaces/{ns}/services/{fullname}",
     }
     records = f"/api/v1/namespaces/{ns}/secrets?labelSelector=owner%3Dhelm,name%3D{release}"
     manager: subprocess.Popen[bytes] | None = None

@@ -24,15 +24,19 @@ release name that already contains the chart's name is used as it is).
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The Deployment's selector: name and instance, as in KubeRay's chart (so the component
+label, and any extra label, can change without recreating the Deployment).
+*/}}
 {{- define "rayservice-operator.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "rayservice-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: manager
 {{- end }}
 
 {{- define "rayservice-operator.labels" -}}
 helm.sh/chart: {{ include "rayservice-operator.chart" . }}
 {{ include "rayservice-operator.selectorLabels" . }}
+app.kubernetes.io/component: {{ .Values.componentOverride | default "manager" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: rayservice-operator
@@ -48,12 +52,58 @@ app.kubernetes.io/part-of: rayservice-operator
 
 {{/*
 The namespaces the operator watches, comma-separated, sorted, without duplicates;
-empty for all of them (then a ClusterRole grants the rules).
+empty for all of them (then a ClusterRole grants the rules). watchNamespace wins;
+singleNamespaceInstall alone means the release's namespace (KubeRay's precedence).
 */}}
 {{- define "rayservice-operator.watchNamespaces" -}}
-{{- if .Values.singleNamespaceInstall }}
+{{- if .Values.watchNamespace }}
+{{- .Values.watchNamespace | uniq | sortAlpha | join "," }}
+{{- else if .Values.singleNamespaceInstall }}
 {{- .Release.Namespace }}
-{{- else }}
-{{- .Values.watchNamespace | default list | uniq | sortAlpha | join "," }}
+{{- end }}
+{{- end }}
+
+{{/*
+The labels of the Deployment and its ConfigMap: the chart's, then `labels` (the
+chart's win a clash, so the selector always matches).
+*/}}
+{{- define "rayservice-operator.objectLabels" -}}
+{{- $labels := include "rayservice-operator.labels" . | fromYaml }}
+{{- toYaml (merge $labels (.Values.labels | default dict)) }}
+{{- end }}
+
+{{/* The pod's labels: the chart's, then podLabels, then labels. */}}
+{{- define "rayservice-operator.podLabels" -}}
+{{- $labels := include "rayservice-operator.labels" . | fromYaml }}
+{{- toYaml (merge $labels (.Values.podLabels | default dict) (.Values.labels | default dict)) }}
+{{- end }}
+
+{{/* `--feature-gates=A=true,B=false` from featureGates; empty without gates. */}}
+{{- define "rayservice-operator.featureGates" -}}
+{{- $gates := list }}
+{{- range .Values.featureGates }}
+{{- $gates = append $gates (printf "%s=%t" .name .enabled) }}
+{{- end }}
+{{- with $gates }}--feature-gates={{ join "," . }}{{ end }}
+{{- end }}
+
+{{/* <baseDir>/<fileName> when logging to a file is asked for, else empty. */}}
+{{- define "rayservice-operator.logFile" -}}
+{{- if and .Values.logging.baseDir .Values.logging.fileName }}
+{{- printf "%s/%s" (.Values.logging.baseDir | trimSuffix "/") .Values.logging.fileName }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render when a batch scheduler is asked for: none is integrated, and the
+manager would only exit at start-up (`--batch-scheduler` exits 2), crash-looping.
+*/}}
+{{- define "rayservice-operator.checkValues" -}}
+{{- $scheduler := .Values.batchScheduler | default dict }}
+{{- if or $scheduler.enabled $scheduler.name }}
+{{- fail (printf "batchScheduler (enabled=%v, name=%q): no batch scheduler is integrated in rayservice-operator; unset batchScheduler.enabled and batchScheduler.name (pods are then scheduled by the default scheduler)" ($scheduler.enabled | default false) ($scheduler.name | default "")) }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.enabled: with metrics disabled the manager serves no /metrics and the chart creates no metrics Service" }}
 {{- end }}
 {{- end }}
