@@ -10,8 +10,8 @@ Ray dashboard. It writes nothing. What it found is:
   the typed spec, the parsed Serve config, the initializing timeout; the YAML is
   parsed off the event loop first, :func:`controllers.ray.serveconfig.parse_off_loop`);
 - the RayClusters it owns (selected by the ``ray.io/originated-from-*`` labels and
-  controlled by it), its head and serve Services, the ready endpoints of the serve
-  service;
+  controlled by it), its head and serve Services, the pods ready behind the serve
+  service (:func:`controllers.rayservice.services.ready_endpoints`);
 - every RayCluster name in the namespace, only when a new cluster has to be named;
 - for the target, once its head pod (controlled by the cluster, Running and Ready)
   is there: the dashboard's Serve applications, and the Serve proxy's health when

@@ -15,7 +15,8 @@ when it means something new, so the rules here decide what a write is:
   Applications not read in this pass (the cluster is not the one being polled)
   keep what the previous status said about the same cluster; a cluster that left
   its role leaves its applications with it;
-- ``numServeEndpoints``: ready endpoints of the serve service;
+- ``numServeEndpoints``: the distinct pods ready behind the serve service
+  (:func:`controllers.rayservice.services.ready_endpoints`, KubeRay v1.7.0's count);
 - condition ``Ready`` (KubeRay's rules): ``True``/``NonZeroServeEndpoints`` while
   the serve service has a ready endpoint; ``False``/``ZeroServeEndpoints`` when
   that drops to zero after having been ready (and while it stays zero: such a
@@ -121,7 +122,7 @@ class Observed:
     pending: ClusterReport | None = None
     """The cluster being prepared (the first one, or an upgrade's). Default none."""
     num_serve_endpoints: int = 0
-    """Ready endpoints of ``<svc>-serve-svc``. Default 0."""
+    """Distinct ready pods behind ``<svc>-serve-svc``. Default 0."""
     rolling_back: bool = False
     """A pending cluster is being dropped because the spec returned to the active one's."""
     suspend: Literal["suspending", "suspended"] | None = None

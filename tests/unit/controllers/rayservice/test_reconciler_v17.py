@@ -1,0 +1,33 @@
+"""KubeRay v1.7.0's RayService semantics (issue 22, item 6), pass after pass in the world
+of :mod:`tests.unit.controllers.rayservice.scenario`: each test names the v1.7.0
+function whose behaviour it shows."""
+
+from __future__ import annotations
+
+from tests.unit.controllers.rayservice import scenario
+
+Env = scenario.Env
+
+
+async def test_num_serve_endpoints_counts_ready_pods_once_each(env: Env) -> None:
+    """``calculateNumServeEndpointsFromSlices``: unique ``targetRef.uid`` of endpoints whose
+    ``ready`` is explicitly true; a dual-stack pod (one slice per family) counts once, an
+    endpoint with ``ready`` unset or without a pod reference not at all."""
+    await env.converge_first_cluster()  # two ready pods in the IPv4 slice
+    await env.publish_endpoints(2, family="IPv6")  # the same two pods, their IPv6 addresses
+    await env.reconcile()
+    assert (await env.service())["status"]["numServeEndpoints"] == 2
+
+    ipv4 = [
+        {"addresses": ["198.18.9.0"], "conditions": {"ready": True},
+         "targetRef": {"kind": "Pod", "name": "pod-0", "uid": "uid-pod-0"}},
+        {"addresses": ["198.18.9.5"], "conditions": {},  # ready unknown: not counted
+         "targetRef": {"kind": "Pod", "name": "pod-5", "uid": "uid-pod-5"}},
+        {"addresses": ["198.18.9.6"], "conditions": {"ready": True}},  # no pod: not counted
+    ]  # fmt: skip
+    await env.publish_endpoints(0, endpoints=ipv4)
+    await env.publish_endpoints(0, family="IPv6", endpoints=[])
+    await env.reconcile()
+    svc = await env.service()
+    assert svc["status"]["numServeEndpoints"] == 1
+    assert scenario.condition(svc, "Ready")["reason"] == "NonZeroServeEndpoints"
