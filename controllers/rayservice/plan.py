@@ -137,7 +137,8 @@ class Snapshot:
     serve_svc: Obj | None = None
     """The serve service, if it exists (whoever controls it)."""
     endpoints: int = 0
-    """Pods ready behind the serve service (:func:`controllers.rayservice.services.ready_endpoints`)."""
+    """Pods ready behind the serve service
+    (:func:`controllers.rayservice.services.ready_endpoints`)."""
     names_in_use: Mapping[str, str | None] | None = None
     """Every RayCluster name in the namespace, with its spec hash when this RayService
     owns it (``""`` when it does not); None when no new cluster is needed."""
