@@ -8,7 +8,8 @@ cache (never from the API server) or from the Ray dashboard:
   traffic is the truth about what serves;
 - the **pending** cluster is the owned cluster whose
   ``ray.io/hash-without-replicas-and-workers-to-delete`` annotation equals the hash
-  of ``spec.rayClusterConfig`` (autoscaler-owned fields ignored), when that is not
+  of ``spec.rayClusterConfig`` (the autoscaler's and Kueue's fields, ``suspend`` and
+  ``upgradeStrategy`` ignored: :func:`controllers.rayservice.clusters.spec_hash`), when that is not
   the active one. A new one is named after the hash
   (:func:`controllers.rayservice.clusters.cluster_name`), so a crash between
   creating it and writing the status finds it again instead of making a second;

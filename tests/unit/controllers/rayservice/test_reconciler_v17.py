@@ -31,3 +31,26 @@ async def test_num_serve_endpoints_counts_ready_pods_once_each(env: Env) -> None
     svc = await env.service()
     assert svc["status"]["numServeEndpoints"] == 1
     assert scenario.condition(svc, "Ready")["reason"] == "NonZeroServeEndpoints"
+
+
+async def test_suspending_the_cluster_config_starts_no_new_cluster(env: Env) -> None:
+    """``rayClusterSpecForHashing``: ``rayClusterConfig.suspend`` (Kueue's), tolerations and
+    scheduling gates are not in the hash: no pending cluster, no in-place update."""
+    name = await env.converge_first_cluster()
+    before = env.writes("rayclusters")
+    svc = await env.service()
+    config = svc["spec"]["rayClusterConfig"]
+    config["suspend"] = True
+    config["workerGroupSpecs"][0]["template"]["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists"}
+    ]
+    config["headGroupSpec"]["template"]["spec"]["schedulingGates"] = [{"name": "kueue"}]
+    await env.client.update(svc)
+    await env.synced()
+    await env.reconcile()
+    await env.reconcile()
+    assert await env.live_clusters() == [name]
+    assert env.writes("rayclusters") == before
+    svc = await env.service()
+    assert "pendingServiceStatus" not in svc["status"]
+    assert scenario.condition(svc, "UpgradeInProgress")["reason"] == "NoPendingCluster"
