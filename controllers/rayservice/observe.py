@@ -53,9 +53,11 @@ async def observe(
     address_mode: dashboard.Mode,
     cluster_domain: str,
     now: datetime.datetime,
+    zero_downtime: bool,
 ) -> plan_.Snapshot:
     """Read what a pass over ``service`` decides from (see the module docstring);
-    ``now`` only tells whether the pass stops before the clusters (a timeout)."""
+    ``now`` only tells whether the pass stops before the clusters (a timeout),
+    ``zero_downtime`` which cluster is the target (:func:`controllers.rayservice.plan.roles`)."""
     text = (service.get("spec") or {}).get("serveConfigV2")
     if isinstance(text, str):
         await serveconfig.parse_off_loop(text)  # once per text, never on the loop
@@ -92,7 +94,7 @@ async def observe(
         ),
         endpoints=endpoints,
     )
-    decided = plan_.roles(snapshot, now)
+    decided = plan_.roles(snapshot, now, zero_downtime=zero_downtime)
     if decided is None:  # suspended, timed out, or a Service we do not control
         return snapshot
     if decided.need_new and decided.pending is None:

@@ -17,7 +17,9 @@ The decisions, in order (the first three end the pass early):
 3. **foreign Services**: a head or serve Service of our name that we do not control
    is never touched; ``ServiceNotOwned`` is reported instead;
 4. **clusters** (:func:`roles`): the active cluster (the one the head Service
-   selects) is *kept* when its hash matches, or with ``upgradeStrategy.type: None``;
+   selects) is *kept* when its hash matches, or when upgrades on a new cluster are
+   off (:func:`new_cluster_upgrades`: ``upgradeStrategy.type: None``, or no type and
+   the operator's ``ENABLE_ZERO_DOWNTIME=false``);
    *updated in place* when worker groups were only appended; otherwise a pending
    cluster is found (kept, or updated in place) or *created*, named after the spec
    hash (or waited for while its name is still held by one being deleted). A
@@ -74,6 +76,7 @@ __all__ = [
     "Submit",
     "UpdateInPlace",
     "asks_proxy",
+    "new_cluster_upgrades",
     "plan",
     "proxy_status",
     "roles",
@@ -253,6 +256,9 @@ class Settings:
     serve_poll_interval: float = 2.0
     serve_poll_max: float = 10.0
     slow_dashboard_factor: float = 4.0
+    zero_downtime: bool = True
+    """A changed ``rayClusterConfig`` goes to a new cluster unless
+    ``upgradeStrategy.type`` says otherwise (:func:`new_cluster_upgrades`)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -370,9 +376,10 @@ def _stops(snapshot: Snapshot, now: datetime.datetime) -> bool:
     )
 
 
-def roles(snapshot: Snapshot, now: datetime.datetime) -> Roles | None:
+def roles(snapshot: Snapshot, now: datetime.datetime, *, zero_downtime: bool) -> Roles | None:
     """The clusters' roles; None when the pass stops before the clusters (invalid,
-    suspended, timed out, or a Service of our name we do not control)."""
+    suspended, timed out, or a Service of our name we do not control).
+    ``zero_downtime``: :attr:`Settings.zero_downtime`."""
     if _stops(snapshot, now):
         return None
     spec = snapshot.validated.spec
@@ -387,7 +394,7 @@ def roles(snapshot: Snapshot, now: datetime.datetime) -> Roles | None:
     need_new = not (
         active_match is clusters.Match.APPENDED
         or active_match is clusters.Match.EXACT
-        or (active is not None and _upgrade_type(spec) == "None")
+        or (active is not None and not new_cluster_upgrades(spec, zero_downtime))
     )
     pending = pending_match = None
     if need_new:
@@ -401,9 +408,25 @@ def roles(snapshot: Snapshot, now: datetime.datetime) -> Roles | None:
     return Roles(live, active, active_match, pending, pending_match, need_new)
 
 
-def _upgrade_type(spec: Any) -> str:
+def new_cluster_upgrades(spec: Any, zero_downtime: bool) -> bool:
+    """Whether a changed ``rayClusterConfig`` is rolled out on a new cluster (KubeRay
+    v1.7.0's ``isZeroDowntimeUpgradeEnabled``): ``spec.upgradeStrategy.type`` decides
+    when it is set (``NewCluster``: yes; ``None``: no); otherwise ``zero_downtime``
+    (the operator's ``ENABLE_ZERO_DOWNTIME``, not ``false``) does.
+
+    >>> from types import SimpleNamespace as S
+    >>> new_cluster_upgrades(S(upgrade_strategy=None), False)
+    False
+    >>> new_cluster_upgrades(S(upgrade_strategy=S(type="NewCluster")), False)
+    True
+    >>> new_cluster_upgrades(S(upgrade_strategy=S(type="None")), True)
+    False
+    """
     strategy = spec.upgrade_strategy
-    return str((strategy.type if strategy is not None else None) or "NewCluster")
+    kind = strategy.type if strategy is not None else None
+    if kind:
+        return str(kind) == "NewCluster"
+    return zero_downtime
 
 
 # -- the plan -------------------------------------------------------------------------------
@@ -488,7 +511,7 @@ def plan(
             wake=(settings.serve_poll_max,),
         )
 
-    decided = roles(snapshot, now)
+    decided = roles(snapshot, now, zero_downtime=settings.zero_downtime)
     assert decided is not None
     return _converge(snapshot, decided, base, now, settings)
 

@@ -40,8 +40,10 @@ fixed, crash-safe order. What the pass decides:
    that passed before the service was ever ready: its clusters are deleted and
    ``Ready=False``/``InitializingTimeout`` stays until the spec changes;
 4. clusters: the active one keeps serving when its hash matches, when worker groups
-   were only appended (it is updated in place) or with ``upgradeStrategy.type:
-   None``; otherwise the pending cluster is found (or updated in place, or created).
+   were only appended (it is updated in place), with ``upgradeStrategy.type: None``,
+   or with no type when the operator runs with ``ENABLE_ZERO_DOWNTIME=false``
+   (:attr:`Options.zero_downtime`); otherwise the pending cluster is found (or updated
+   in place, or created).
    Clusters no role claims are deleted (at once, or when their ``delete-after`` is
    due; a dropped pending cluster while the active one matches again is a
    rollback: ``RollbackInProgress``);
@@ -125,6 +127,16 @@ class Options:
     time (20 % by default) and other RayServices' reconciles do not queue behind it.
     Default 4; a dashboard answering in milliseconds is polled as usual."""
 
+    zero_downtime: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("ENABLE_ZERO_DOWNTIME", "").lower() != "false"
+    )
+    """Roll a changed ``rayClusterConfig`` out on a new cluster when the RayService's
+    ``upgradeStrategy.type`` is unset (a set type always decides: KubeRay v1.7.0's
+    precedence, :func:`controllers.rayservice.plan.new_cluster_upgrades`); off, such a
+    change is not applied, as with ``upgradeStrategy.type: None``. Default: on unless
+    ``$ENABLE_ZERO_DOWNTIME`` is ``false`` (any case; KubeRay's variable), read when the
+    options are made."""
+
     def __post_init__(self) -> None:
         if not 0 < self.serve_poll_interval <= self.serve_poll_max:
             raise ValueError(
@@ -193,6 +205,7 @@ class Reconciler:
             address_mode=self.options.address_mode,
             cluster_domain=self.options.cluster_domain,
             now=now,
+            zero_downtime=self.options.zero_downtime,
         )
         decided = plan_.plan(
             snapshot,
@@ -202,6 +215,7 @@ class Reconciler:
                 serve_poll_interval=self.options.serve_poll_interval,
                 serve_poll_max=self.options.serve_poll_max,
                 slow_dashboard_factor=self.options.slow_dashboard_factor,
+                zero_downtime=self.options.zero_downtime,
             ),
         )
         if decided.memory == plan_.Memory():

@@ -4,6 +4,11 @@ function whose behaviour it shows."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
+from controllers.rayservice import reconciler as reconciler_
 from tests.unit.controllers.rayservice import scenario
 
 Env = scenario.Env
@@ -54,3 +59,52 @@ async def test_suspending_the_cluster_config_starts_no_new_cluster(env: Env) -> 
     svc = await env.service()
     assert "pendingServiceStatus" not in svc["status"]
     assert scenario.condition(svc, "UpgradeInProgress")["reason"] == "NoPendingCluster"
+
+
+@pytest.mark.parametrize(("value", "on"), [("false", False), ("FALSE", False), ("true", True),
+                                          ("", True), (None, True)])  # fmt: skip
+def test_enable_zero_downtime_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, on: bool
+) -> None:
+    """``isZeroDowntimeUpgradeEnabled``: only ``false`` (any case) turns it off."""
+    if value is None:
+        monkeypatch.delenv("ENABLE_ZERO_DOWNTIME", raising=False)
+    else:
+        monkeypatch.setenv("ENABLE_ZERO_DOWNTIME", value)
+    assert reconciler_.Options().zero_downtime is on
+
+
+async def _upgrade_to(env: Env, upgrade_type: str | None) -> list[str]:
+    """Converge with zero-downtime upgrades off, change rayVersion (and the upgrade type);
+    the live clusters after two passes."""
+    env.reconciler.options = dataclasses.replace(env.reconciler.options, zero_downtime=False)
+    await env.converge_first_cluster()
+    svc = await env.service()
+    svc["spec"]["rayClusterConfig"]["rayVersion"] = "2.61.0"
+    if upgrade_type is not None:
+        svc["spec"]["upgradeStrategy"] = {"type": upgrade_type}
+    await env.client.update(svc)
+    await env.synced()
+    await env.reconcile()
+    await env.reconcile()
+    return await env.live_clusters()
+
+
+async def test_enable_zero_downtime_false_applies_no_new_cluster(env: Env) -> None:
+    """``ENABLE_ZERO_DOWNTIME=false`` and no ``upgradeStrategy.type``: the change waits,
+    the serving cluster keeps serving, unchanged (as with type ``None``)."""
+    (name,) = await _upgrade_to(env, None)
+    (cluster,) = await env.clusters()
+    assert cluster["spec"]["rayVersion"] == "2.60.0"
+    svc = await env.service()
+    assert svc["status"]["activeServiceStatus"]["rayClusterName"] == name
+    assert scenario.condition(svc, "UpgradeInProgress")["reason"] == "NoPendingCluster"
+
+
+async def test_upgrade_strategy_type_wins_over_enable_zero_downtime(env: Env) -> None:
+    """A set ``upgradeStrategy.type: NewCluster`` upgrades whatever the variable says."""
+    assert len(await _upgrade_to(env, "NewCluster")) == 2
+    svc = await env.service()
+    assert (
+        scenario.condition(svc, "UpgradeInProgress")["reason"] == "BothActivePendingClustersExist"
+    )
