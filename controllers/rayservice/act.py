@@ -6,9 +6,9 @@ reads the cluster's annotations and the Services again and carries on):
 
 1. the plan's Warnings;
 2. cluster writes in the plan's order (the active cluster's, the pending one's,
-   then deletions), each with its Event once it succeeded (a cluster already gone,
-   or replaced, is skipped quietly; a create that finds the name taken leaves it to
-   the watch);
+   then the dangling ones': their ``delete-after``, or their deletion), each with its
+   Event once it succeeded (a cluster already gone, or replaced, is skipped quietly;
+   a create that finds the name taken leaves it to the watch);
 3. the Serve config PUT, then its hash annotation (a crash between them is caught by the
    next pass, which sees the dashboard runs that config), then the head pod's
    ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then). A PUT
@@ -110,6 +110,9 @@ class Executor:
             await self._annotate(
                 plan_.Annotate(op.cluster, {clusters.DELETE_AFTER_ANNOTATION: None})
             )
+        elif isinstance(op, plan_.Annotate):
+            with contextlib.suppress(errors.NotFound):  # gone since the cache looked
+                await self._annotate(op)
         elif isinstance(op, plan_.UpdateInPlace):
             await self.client.update(op.desired)
             name = op.desired["metadata"]["name"]

@@ -12,8 +12,9 @@ The decisions, in order (the first three end the pass early):
    changes);
 2. **suspend**: every live cluster deleted; ``Suspending`` until none is left, then
    ``Suspended``. **Timeout**: an ``ray.io/initializing-timeout`` that passed before
-   the service was ever ready deletes its clusters; ``InitializingTimeout`` stays
-   until the spec changes (a Warning the pass it passes);
+   the service was ever ready is terminal (KubeRay v1.7.0): ``InitializingTimeout``
+   and a Warning once, then no status write, whatever the spec becomes (only a
+   suspend and resume starts it afresh); its clusters are dangling (step 4);
 3. **foreign Services**: a head or serve Service of our name that we do not control
    is never touched; ``ServiceNotOwned`` is reported instead;
 4. **clusters** (:func:`roles`): the active cluster (the one the head Service
@@ -24,9 +25,11 @@ The decisions, in order (the first three end the pass early):
    cluster is found (kept, or updated in place) or *created*, named after the spec
    hash (or waited for while its name is still held by one being deleted). A
    cluster taken back into a role loses its ``delete-after``. Clusters no role
-   claims and no Service selects are *deleted* when due (no ``delete-after``: at
-   once; otherwise when it passes); dropping a pending cluster without one while the
-   active one matches again is a *rollback*;
+   claims and no Service selects are *dangling*: they get a ``delete-after``
+   ``rayClusterDeletionDelaySeconds`` (60) away if they have none, and are *deleted*
+   once it passed (KubeRay v1.7.0 waits the same delay for every cluster it
+   deletes before the RayService goes); dropping a pending cluster without one while
+   the active one matches again is a *rollback*, in progress until it is gone;
 5. **Serve** on the target (the pending cluster, else the active one), from what
    its dashboard said: *submit* the config when the cluster's ``serve-config-hash``
    differs or Serve runs no application, unless Serve already runs exactly this
@@ -191,9 +194,6 @@ class Delete:
     why: str
 
 
-ClusterOp = Keep | UpdateInPlace | Create | Delete
-
-
 @dataclasses.dataclass(frozen=True)
 class Submit:
     """PUT ``config`` to the dashboard of ``cluster``."""
@@ -209,6 +209,9 @@ class Annotate:
 
     cluster: Obj
     annotations: Mapping[str, str | None]
+
+
+ClusterOp = Keep | UpdateInPlace | Create | Delete | Annotate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +271,8 @@ class Plan:
     events: tuple[Event, ...] = ()
     """Warnings decided from the snapshot (sent first)."""
     clusters: tuple[ClusterOp, ...] = ()
-    """Cluster writes: the active one's, the pending one's, then deletions."""
+    """Cluster writes: the active one's, the pending one's, then the dangling ones'
+    (their ``delete-after``, or their deletion)."""
     submit: Submit | None = None
     """The Serve config to PUT."""
     serve_annotation: Annotate | None = None
@@ -479,18 +483,22 @@ def plan(
 
     timed_out = _timed_out(snapshot, now)
     if timed_out is not None:
-        events: tuple[Event, ...] = ()
-        if timed_out.message is not None:  # it passed in this pass
-            events = (Event("Warning", "RayServiceInitializingTimeout", timed_out.message),)
+        # Terminal: every cluster is dangling, deleted after the deletion delay; the
+        # status is written once, when it times out, and never again.
+        retired, wake = _retire(
+            snapshot.owned, now, checked.spec, "the RayService did not become ready in time"
+        )
+        if timed_out.message is None:  # it passed before
+            return dataclasses.replace(base, clusters=retired, wake=wake, memory=Memory())
         observed = status_.Observed(num_serve_endpoints=endpoints, timed_out=timed_out.message)
-        why = "the RayService did not become ready in time"
         return dataclasses.replace(
             base,
-            events=events,
-            clusters=tuple(Delete(c, why) for c in live),
+            events=(Event("Warning", "RayServiceInitializingTimeout", timed_out.message),),
+            clusters=retired,
             status=status(observed),
             report=observed,
-            memory=dataclasses.replace(memory, poll=None),
+            wake=wake,
+            memory=Memory(),
         )
 
     foreign = _foreign(snapshot)
@@ -562,19 +570,19 @@ def _converge(
         if n
     )
     dangling = [c for c in snapshot.owned if c["metadata"]["name"] not in claimed]
+    # A pending cluster dropped because the spec went back to the active one's (it has
+    # no delete-after yet: traffic never left it), until it is gone.
+    was_rolling_back = _condition_true(service, status_.ROLLBACK_IN_PROGRESS)
     rolling_back = (
         active is not None
         and not decided.need_new
-        and any(not _delete_after_set(c) for c in dangling)
+        and any(was_rolling_back or not _delete_after_set(c) for c in dangling)
     )
-    for cluster in dangling:
-        if cluster["metadata"].get("deletionTimestamp"):
-            continue
-        after = _delete_after(cluster, now)
-        if after is None or after <= now:
-            ops.append(Delete(cluster, "no longer serving or being prepared"))
-        else:
-            wake.append((after - now).total_seconds())
+    retired, due = _retire(
+        tuple(dangling), now, snapshot.validated.spec, "no longer serving or being prepared"
+    )
+    ops.extend(retired)
+    wake.extend(due)
 
     # 5. Serve
     # A new cluster is needed but cannot be created yet: Serve waits for it (the serving
@@ -816,13 +824,12 @@ def _timed_out(snapshot: Snapshot, now: datetime.datetime) -> _TimedOut | None:
     """None: not timed out. Otherwise when (see :class:`_TimedOut`)."""
     service = snapshot.service
     ready = status_.condition(service.get("status"), status_.READY)
-    generation = int(service["metadata"].get("generation") or 0)
     if (
         ready is not None
+        and ready.get("status") == "False"
         and ready.get("reason") == "InitializingTimeout"
-        and int(ready.get("observedGeneration") or 0) == generation
     ):
-        return _TimedOut(None)
+        return _TimedOut(None)  # terminal: whatever the spec says now
     if snapshot.endpoints > 0:
         return None
     timeout = snapshot.validated.initializing_timeout
@@ -858,6 +865,37 @@ def _next_poll(
     else:
         interval = settings.serve_poll_interval
     return interval, dataclasses.replace(memory, poll=Poll(fingerprint, interval))
+
+
+def _retire(
+    dangling: tuple[Obj, ...], now: datetime.datetime, spec: Any, why: str
+) -> tuple[tuple[ClusterOp, ...], tuple[float, ...]]:
+    """What happens to clusters no role claims (KubeRay v1.7.0's
+    ``cleanUpRayClusterInstance``): one without a ``delete-after`` gets one,
+    ``rayClusterDeletionDelaySeconds`` from now (deleted at once when that is 0); one
+    whose ``delete-after`` passed is deleted; the others are waited for. Returns the
+    writes and the seconds until the next one is due."""
+    delay = spec.ray_cluster_deletion_delay_seconds if spec is not None else 60
+    ops: list[ClusterOp] = []
+    wake: list[float] = []
+    for cluster in dangling:
+        if cluster["metadata"].get("deletionTimestamp"):
+            continue
+        after = _delete_after(cluster, now)
+        if after is None and delay > 0:
+            stamp = clock.rfc3339(now + datetime.timedelta(seconds=delay))
+            ops.append(Annotate(cluster, {clusters.DELETE_AFTER_ANNOTATION: stamp}))
+            wake.append(float(delay))
+        elif after is None or after <= now:
+            ops.append(Delete(cluster, why))
+        else:
+            wake.append((after - now).total_seconds())
+    return tuple(ops), tuple(wake)
+
+
+def _condition_true(service: Mapping[str, Any], type_: str) -> bool:
+    found = status_.condition(service.get("status"), type_)
+    return found is not None and found.get("status") == "True"
 
 
 def _delete_after_set(cluster: Mapping[str, Any]) -> bool:

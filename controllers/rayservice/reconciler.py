@@ -19,7 +19,8 @@ cache (never from the API server) or from the Ray dashboard:
   annotation never submits the same config twice;
 - when an old cluster goes is its ``ray.io/delete-after`` annotation, written on it
   **before** traffic leaves it; a cluster that no role claims and that has no such
-  annotation never served traffic and is deleted at once.
+  annotation gets one, ``rayClusterDeletionDelaySeconds`` away (KubeRay v1.7.0 keeps
+  these deadlines in memory).
 
 **One pass** (:meth:`Reconciler.reconcile`) is *observe -> plan -> act*: after the
 lifecycle (below), :func:`controllers.rayservice.observe.observe` reads everything
@@ -37,16 +38,19 @@ fixed, crash-safe order. What the pass decides:
    it changes;
 3. ``spec.suspend``: every cluster is deleted (``Suspending`` until they are gone,
    then ``Suspended``); resuming starts over. An ``ray.io/initializing-timeout``
-   that passed before the service was ever ready: its clusters are deleted and
-   ``Ready=False``/``InitializingTimeout`` stays until the spec changes;
+   that passed before the service was ever ready is terminal, as in KubeRay v1.7.0:
+   ``Ready=False``/``InitializingTimeout`` stays whatever the spec becomes (delete and
+   recreate the RayService, or suspend and resume it), and its clusters are deleted
+   after the deletion delay;
 4. clusters: the active one keeps serving when its hash matches, when worker groups
    were only appended (it is updated in place), with ``upgradeStrategy.type: None``,
    or with no type when the operator runs with ``ENABLE_ZERO_DOWNTIME=false``
    (:attr:`Options.zero_downtime`); otherwise the pending cluster is found (or updated
    in place, or created).
-   Clusters no role claims are deleted (at once, or when their ``delete-after`` is
-   due; a dropped pending cluster while the active one matches again is a
-   rollback: ``RollbackInProgress``);
+   Clusters no role claims are deleted when their ``delete-after`` is due (stamped
+   ``rayClusterDeletionDelaySeconds`` ahead when they have none); a dropped pending
+   cluster while the active one matches again is a rollback: ``RollbackInProgress``
+   until it is gone);
 5. Serve, on the target (the pending cluster, else the active one), once its head
    pod is Running and Ready: read the applications; submit the config when the
    cluster's ``serve-config-hash`` differs or the dashboard has no applications (a

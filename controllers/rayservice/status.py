@@ -23,8 +23,9 @@ when it means something new, so the rules here decide what a write is:
   service does not go back to ``Initializing``, KubeRay's rule); otherwise ``False``/
   ``Initializing`` (first seen), which turns into ``False``/``InitializingTimeout``
   once the ``ray.io/initializing-timeout`` has passed since the condition's
-  ``lastTransitionTime`` (then clusters are removed and nothing is retried until the
-  spec changes: a new ``generation`` starts ``Initializing`` afresh);
+  ``lastTransitionTime``. That is terminal (KubeRay v1.7.0): the clusters are removed
+  and the status is not computed again, whatever the spec becomes, until a suspend
+  and resume re-arms ``Initializing`` (:mod:`controllers.rayservice.plan`);
   ``False`` with a :class:`Problem`'s reason (``ValidationFailed``, ``ServiceNotOwned``)
   for a spec that cannot be reconciled: then everything else the status said about
   the clusters is kept as it was (the pass never looked at them), as KubeRay sets
@@ -291,10 +292,10 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         set_(READY, "False", _REASONS.INITIALIZING_TIMEOUT, observed.timed_out)
     elif (
         old_ready is not None
+        and old_ready.get("status") == "False"
         and old_ready.get("reason") == _REASONS.INITIALIZING_TIMEOUT
-        and int(old_ready.get("observedGeneration") or 0) == generation
     ):
-        conditions[READY] = dict(old_ready)  # stays timed out until the spec changes
+        conditions[READY] = dict(old_ready)  # terminal
     elif (
         old_ready is not None
         and old_ready.get("reason") == _REASONS.INITIALIZING

@@ -5,6 +5,7 @@ function whose behaviour it shows."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 
 import pytest
 
@@ -108,3 +109,38 @@ async def test_upgrade_strategy_type_wins_over_enable_zero_downtime(env: Env) ->
     assert (
         scenario.condition(svc, "UpgradeInProgress")["reason"] == "BothActivePendingClustersExist"
     )
+
+
+async def _timed_out(env: Env) -> str:
+    """A RayService whose initializing timeout (60 s) passed; returns its cluster's name."""
+    body = scenario.rayservice()
+    body["metadata"]["annotations"] = {"ray.io/initializing-timeout": "60s"}
+    await env.client.create(body)
+    await env.synced()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    env.now = scenario.T0 + datetime.timedelta(seconds=61)
+    await env.reconcile()
+    assert scenario.condition(await env.service(), "Ready")["reason"] == "InitializingTimeout"
+    return name
+
+
+async def test_initializing_timeout_is_terminal_even_for_a_new_spec(env: Env) -> None:
+    """``isInitializingTimeout``: "the user must delete and recreate the RayService"; a
+    spec change creates no cluster and writes no status; the old cluster goes after the
+    deletion delay."""
+    await _timed_out(env)
+    status_writes = env.status_writes()
+    svc = await env.service()
+    svc["spec"]["rayClusterConfig"]["rayVersion"] = "2.61.0"
+    svc["spec"]["serveConfigV2"] = scenario.SERVE_CONFIG.replace("/calc", "/math")
+    await env.client.update(svc)
+    await env.synced()
+    await env.reconcile()
+    env.now += datetime.timedelta(seconds=30)
+    await env.reconcile()
+    await env.reconcile()
+    assert await env.live_clusters() == []
+    svc = await env.service()
+    assert scenario.condition(svc, "Ready")["reason"] == "InitializingTimeout"
+    assert env.status_writes() == status_writes
