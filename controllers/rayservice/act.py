@@ -8,7 +8,8 @@ reads the cluster's annotations and the Services again and carries on):
 2. cluster writes in the plan's order (the active cluster's, the pending one's,
    then the dangling ones': their ``delete-after``, or their deletion), each with its
    Event once it succeeded (a cluster already gone, or replaced, is skipped quietly;
-   a create that finds the name taken leaves it to the watch);
+   a create that finds the name taken leaves it to the watch); then, in a suspend,
+   the RayService's Services;
 3. the Serve config PUT, then its hash annotation (a crash between them is caught by the
    next pass, which sees the dashboard runs that config), then the head pod's
    ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then). A PUT
@@ -32,7 +33,7 @@ from typing import Any
 import api.v1 as v1
 from controllers.ray import dashboard, serveconfig
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters
+from controllers.rayservice import clusters, services
 from controllers.rayservice import plan as plan_
 from runtime import events
 from runtime import status as status_writer
@@ -60,6 +61,8 @@ class Executor:
             self.recorder.event(service, event.type, event.reason, event.message)
         for op in plan.clusters:
             await self._cluster(service, op)
+        for gone in plan.delete_services:
+            await self._delete_service(service, gone)
         if plan.submit is not None:
             started = time.monotonic()
             refused = await self._submit(service, plan.submit)
@@ -101,6 +104,19 @@ class Executor:
             return
         self.recorder.event(
             service, "Normal", "DeletedRayCluster", f"Deleted RayCluster {meta['name']}: {why}"
+        )
+
+    async def _delete_service(self, service: Obj, gone: plan_.DeleteService) -> None:
+        meta = gone.svc["metadata"]
+        try:
+            await self.client.delete(
+                services.SERVICES, meta["namespace"], meta["name"], uid=meta.get("uid"),
+                propagation_policy="Background",
+            )  # fmt: skip
+        except (errors.NotFound, errors.Conflict):
+            return
+        self.recorder.event(
+            service, "Normal", "DeletedService", f"Deleted Service {meta['name']}: {gone.why}"
         )
 
     async def _cluster(self, service: Obj, op: plan_.ClusterOp) -> None:

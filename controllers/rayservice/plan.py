@@ -10,11 +10,16 @@ The decisions, in order (the first three end the pass early):
    ``ValidationFailed`` with the reasons, a Warning unless the status already says
    exactly this, and a :class:`~runtime.reconcile.TerminalError` (no retry until it
    changes);
-2. **suspend**: every live cluster deleted; ``Suspending`` until none is left, then
-   ``Suspended``. **Timeout**: an ``ray.io/initializing-timeout`` that passed before
-   the service was ever ready is terminal (KubeRay v1.7.0): ``InitializingTimeout``
-   and a Warning once, then no status write, whatever the spec becomes (only a
-   suspend and resume starts it afresh); its clusters are dangling (step 4);
+2. **suspend** (:func:`suspend_phase`, KubeRay v1.7.0's): the first pass to see
+   ``spec.suspend`` only commits ``Suspending`` (the status); the next ones delete
+   every cluster and the head and serve Services, until none is left, then
+   ``Suspended``; once committed it completes even if ``spec.suspend`` turns false
+   meanwhile. Resuming re-arms ``Ready=Initializing`` and goes on in the same pass
+   (:func:`controllers.rayservice.status.resumed`). **Timeout**: an
+   ``ray.io/initializing-timeout`` that passed before the service was ever ready is
+   terminal (KubeRay v1.7.0): ``InitializingTimeout`` and a Warning once, then no
+   status write, whatever the spec becomes (only a suspend and resume starts it
+   afresh); its clusters are dangling (step 4);
 3. **foreign Services**: a head or serve Service of our name that we do not control
    is never touched; ``ServiceNotOwned`` is reported instead;
 4. **clusters** (:func:`roles`): the active cluster (the one the head Service
@@ -64,6 +69,7 @@ __all__ = [
     "ClusterOp",
     "Create",
     "Delete",
+    "DeleteService",
     "Event",
     "Keep",
     "Memory",
@@ -84,6 +90,7 @@ __all__ = [
     "proxy_status",
     "roles",
     "submits",
+    "suspend_phase",
 ]
 
 Obj = dict[str, Any]
@@ -195,6 +202,14 @@ class Delete:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeleteService:
+    """Delete the Service ``svc`` (its uid as a precondition), saying ``why`` in the Event."""
+
+    svc: Obj
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Submit:
     """PUT ``config`` to the dashboard of ``cluster``."""
 
@@ -273,6 +288,8 @@ class Plan:
     clusters: tuple[ClusterOp, ...] = ()
     """Cluster writes: the active one's, the pending one's, then the dangling ones'
     (their ``delete-after``, or their deletion)."""
+    delete_services: tuple[DeleteService, ...] = ()
+    """The RayService's own Services to delete (a suspend)."""
     submit: Submit | None = None
     """The Serve config to PUT."""
     serve_annotation: Annotate | None = None
@@ -370,11 +387,28 @@ def _foreign(snapshot: Snapshot) -> list[Obj]:
     ]
 
 
-def _stops(snapshot: Snapshot, now: datetime.datetime) -> bool:
+SuspendPhase = Literal["requested", "deleting", "suspended", "resuming"]
+
+
+def suspend_phase(snapshot: Snapshot) -> SuspendPhase | None:
+    """Where a suspend stands (KubeRay v1.7.0's ``handleSuspend``), from the persisted
+    conditions first: ``Suspended`` is ``suspended`` while ``spec.suspend`` holds, else
+    ``resuming``; a committed ``Suspending`` is ``deleting`` whatever the spec says
+    (atomic); otherwise ``spec.suspend`` is ``requested``. None: not suspending."""
+    service = snapshot.service
     spec = snapshot.validated.spec
+    wanted = bool(spec is not None and spec.suspend)
+    if _condition_true(service, status_.SUSPENDED):
+        return "suspended" if wanted else "resuming"
+    if _condition_true(service, status_.SUSPENDING):
+        return "deleting"
+    return "requested" if wanted else None
+
+
+def _stops(snapshot: Snapshot, now: datetime.datetime) -> bool:
     return (
-        spec is None
-        or bool(spec.suspend)
+        snapshot.validated.spec is None
+        or suspend_phase(snapshot) in ("requested", "deleting", "suspended")
         or _timed_out(snapshot, now) is not None
         or bool(_foreign(snapshot))
     )
@@ -467,19 +501,13 @@ def plan(
             error=reconcile.TerminalError(message),
             memory=dataclasses.replace(memory, poll=None),
         )
-    live = tuple(c for c in snapshot.owned if not c["metadata"].get("deletionTimestamp"))
-
-    if checked.spec.suspend:
-        observed = status_.Observed(
-            num_serve_endpoints=endpoints, suspend="suspending" if snapshot.owned else "suspended"
-        )
-        return dataclasses.replace(
-            base,
-            clusters=tuple(Delete(c, "the RayService is suspended") for c in live),
-            status=status(observed),
-            report=observed,
-            memory=dataclasses.replace(memory, poll=None),
-        )
+    phase = suspend_phase(snapshot)
+    if phase == "resuming":  # the pass goes on from a re-armed Initializing
+        service = {**service, "status": status_.resumed(service, now=now_text)}
+        snapshot = dataclasses.replace(snapshot, service=service)
+        base = dataclasses.replace(base, service=service)
+    elif phase is not None:
+        return _suspend(snapshot, phase, base, settings)
 
     timed_out = _timed_out(snapshot, now)
     if timed_out is not None:
@@ -522,6 +550,52 @@ def plan(
     decided = roles(snapshot, now, zero_downtime=settings.zero_downtime)
     assert decided is not None
     return _converge(snapshot, decided, base, now, settings)
+
+
+def _suspend(snapshot: Snapshot, phase: SuspendPhase, base: Plan, settings: Settings) -> Plan:
+    """A suspend at ``phase`` (:func:`suspend_phase`; not ``resuming``). ``requested``
+    only commits (the status; the deletions come the pass after, as KubeRay's);
+    ``deleting`` deletes every cluster and the head and serve Services it controls, and
+    is ``suspended`` once none is left; ``suspended`` writes nothing."""
+    service = snapshot.service
+    now_text = clock.rfc3339(base.now) if base.now is not None else ""
+    memory = Memory()
+    if phase == "suspended":
+        return dataclasses.replace(base, memory=memory)
+    if phase == "requested":
+        observed = status_.Observed(suspend="requested")
+        return dataclasses.replace(
+            base,
+            status=status_.compute(service, observed, now=now_text),
+            report=observed,
+            wake=(settings.serve_poll_interval,),
+            memory=memory,
+        )
+    why = "the RayService is suspended"
+    ours = [
+        s
+        for s in (snapshot.head_svc, snapshot.serve_svc)
+        if s is not None and objects.is_controlled_by(s, service)
+    ]
+    left = bool(snapshot.owned or ours)
+    observed = status_.Observed(suspend="deleting" if left else "suspended")
+    spec = snapshot.validated.spec
+    resume = not left and not (spec is not None and spec.suspend)
+    return dataclasses.replace(
+        base,
+        # Suspended while the spec already says resume (it turned false meanwhile): no
+        # event will come, so look again.
+        wake=(settings.serve_poll_interval,) if resume else (),
+        clusters=tuple(
+            Delete(c, why) for c in snapshot.owned if not c["metadata"].get("deletionTimestamp")
+        ),
+        delete_services=tuple(
+            DeleteService(s, why) for s in ours if not s["metadata"].get("deletionTimestamp")
+        ),
+        status=status_.compute(service, observed, now=now_text),
+        report=observed,
+        memory=memory,
+    )
 
 
 def _converge(

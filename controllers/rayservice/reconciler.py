@@ -36,9 +36,12 @@ fixed, crash-safe order. What the pass decides:
    be reconciled gets ``Ready=False``/``ValidationFailed`` with the reasons, one
    Warning Event, and a :class:`~runtime.reconcile.TerminalError` - no retry until
    it changes;
-3. ``spec.suspend``: every cluster is deleted (``Suspending`` until they are gone,
-   then ``Suspended``); resuming starts over. An ``ray.io/initializing-timeout``
-   that passed before the service was ever ready is terminal, as in KubeRay v1.7.0:
+3. ``spec.suspend`` (KubeRay v1.7.0's): the first pass commits ``Suspending``
+   (status only), the next ones delete every cluster and the head and serve Services
+   (``Suspending`` until they are gone, then ``Suspended``), even if ``spec.suspend``
+   turns false meanwhile; resuming re-arms ``Initializing`` and starts over. An
+   ``ray.io/initializing-timeout`` that passed before the service was ever ready is
+   terminal, as in KubeRay v1.7.0:
    ``Ready=False``/``InitializingTimeout`` stays whatever the spec becomes (delete and
    recreate the RayService, or suspend and resume it), and its clusters are deleted
    after the deletion delay;

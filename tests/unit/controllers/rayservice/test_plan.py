@@ -251,10 +251,46 @@ CASES = {
         [],
         lambda p: _condition(p, "RollbackInProgress")["status"] == "True" and 20.0 in p.wake,
     ),
-    "suspend: every live cluster deleted, Suspending": Case(
-        lambda: snapshot(service(suspend=True), [A, cluster(SVC_NEW, NEW, deleting=True)]),
+    "suspend requested: only the status commits it, nothing deleted yet": Case(
+        lambda: snapshot(service(suspend=True), [A], active=A, endpoints=1),
+        [],
+        lambda p: (
+            _condition(p, "Suspending")["reason"] == "SuspendRequested"
+            and p.delete_services == ()
+            and SETTINGS.serve_poll_interval in p.wake
+        ),
+    ),
+    "suspending: clusters and Services deleted, even with suspend turned false": Case(
+        lambda: snapshot(
+            _with_condition(SVC, "Suspending", "True", "SuspendRequested"),
+            [A, cluster(SVC_NEW, NEW, deleting=True)],
+            active=A,
+            endpoints=1,
+        ),
         [("Delete", A_NAME)],
-        lambda p: any(c["type"] == "Suspending" for c in p.status["conditions"]),  # type: ignore[index]
+        lambda p: (
+            [d.svc["metadata"]["name"] for d in p.delete_services]
+            == ["demo-head-svc", "demo-serve-svc"]
+            and _condition(p, "Suspending")["reason"] == "SuspendInProgress"
+        ),
+    ),
+    "suspending: nothing left, Suspended": Case(
+        lambda: snapshot(_with_condition(service(suspend=True), "Suspending", "True")),
+        [],
+        lambda p: _condition(p, "Suspended")["reason"] == "SuspendComplete",
+    ),
+    "suspended: nothing to do, nothing written": Case(
+        lambda: snapshot(_with_condition(service(suspend=True), "Suspended", "True")),
+        [],
+        lambda p: p.status is None and p.requeue_after(0.0) is None,
+    ),
+    "resumed: Initializing afresh and a new cluster in the same pass": Case(
+        lambda: snapshot(_with_condition(SVC, "Suspended", "True", "SuspendComplete"), names={}),
+        [("Create", A_NAME)],
+        lambda p: (
+            _condition(p, "Suspended")["reason"] == "RayServiceResumed"
+            and ready(p)["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+        ),
     ),
     "timeout: passed before ready, a Warning, clusters deleted after the delay": Case(
         lambda: snapshot(

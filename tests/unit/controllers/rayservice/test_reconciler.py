@@ -342,26 +342,43 @@ async def test_the_pass_that_submits_asks_the_proxy_after_the_put(env: Env) -> N
 
 
 async def test_suspend_deletes_clusters_and_resume_recreates(env: Env) -> None:
+    """KubeRay v1.7.0's handleSuspend: commit (status only), delete the clusters and the
+    RayService's Services, Suspended; resume re-arms Initializing and starts again."""
     await env.converge_first_cluster()
     svc = await env.service()
     svc["spec"]["suspend"] = True
     await env.client.update(svc)
     await env.synced()
+    assert (await env.reconcile()).requeue_after == 2.0
+    assert len(await env.live_clusters()) == 1  # committed first, deleted next pass
+    svc = await env.service()
+    assert scenario.condition(svc, "Suspending")["reason"] == "SuspendRequested"
+    assert scenario.condition(svc, "Ready")["reason"] == "SuspendInProgress"
+    assert "activeServiceStatus" not in svc["status"]
     await env.reconcile()
     assert await env.live_clusters() == []
+    for name in ("demo-head-svc", "demo-serve-svc"):
+        with pytest.raises(errors.NotFound):
+            await env.client.get(scenario.SERVICES, "ns", name)
     svc = await env.service()
-    assert (
-        scenario.condition(svc, "Suspending")["status"] == "True"
-    )  # the clusters were still there
+    assert scenario.condition(svc, "Suspending")["reason"] == "SuspendInProgress"
+    await env.publish_endpoints(0)  # kube-controller-manager: the Service is gone
     await env.reconcile()  # their deletion events
     svc = await env.service()
     assert scenario.condition(svc, "Suspended")["status"] == "True"
     assert scenario.condition(svc, "Suspending")["status"] == "False"
+    assert scenario.condition(svc, "Ready")["reason"] == "SuspendComplete"
+    writes = env.writes()
+    assert (await env.reconcile()).requeue_after is None
+    assert env.writes() == writes  # suspended: nothing to do
     svc["spec"]["suspend"] = False
     await env.client.update(svc)
     await env.synced()
     await env.reconcile()
     assert len(await env.live_clusters()) == 1
+    svc = await env.service()
+    assert scenario.condition(svc, "Suspended")["reason"] == "RayServiceResumed"
+    assert scenario.condition(svc, "Ready")["reason"] == "Initializing"
 
 
 async def test_initializing_timeout_cleans_up_and_stops(env: Env) -> None:

@@ -144,3 +144,47 @@ async def test_initializing_timeout_is_terminal_even_for_a_new_spec(env: Env) ->
     svc = await env.service()
     assert scenario.condition(svc, "Ready")["reason"] == "InitializingTimeout"
     assert env.status_writes() == status_writes
+
+
+async def _set_suspend(env: Env, value: bool) -> None:
+    svc = await env.service()
+    svc["spec"]["suspend"] = value
+    await env.client.update(svc)
+    await env.synced()
+
+
+async def test_a_committed_suspend_completes_even_when_turned_off(env: Env) -> None:
+    """``handleSuspend``: once ``Suspending`` is stored the deletion runs to completion
+    (atomic), then the RayService resumes from ``Suspended``."""
+    first = await env.converge_first_cluster()
+    await _set_suspend(env, True)
+    await env.reconcile()  # committed
+    await _set_suspend(env, False)  # too late
+    await env.reconcile()
+    assert await env.live_clusters() == []
+    assert env.fake(first).put_count == 1  # nothing submitted meanwhile
+    await env.publish_endpoints(0)
+    assert (await env.reconcile()).requeue_after == 2.0  # Suspended; the spec says resume
+    svc = await env.service()
+    assert scenario.condition(svc, "Suspended")["reason"] == "SuspendComplete"
+    await env.reconcile()
+    svc = await env.service()
+    assert scenario.condition(svc, "Suspended")["reason"] == "RayServiceResumed"
+    assert len(await env.live_clusters()) == 1
+
+
+async def test_suspend_and_resume_recover_a_timed_out_service(env: Env) -> None:
+    """In v1.7.0 the suspend runs before the terminal timeout check, and resuming sets
+    ``Ready=Initializing`` afresh: the only way back short of recreating it."""
+    await _timed_out(env)
+    await _set_suspend(env, True)
+    for _ in range(3):
+        await env.reconcile()
+    assert scenario.condition(await env.service(), "Suspended")["status"] == "True"
+    assert await env.live_clusters() == []
+    await _set_suspend(env, False)
+    await env.reconcile()
+    svc = await env.service()
+    assert scenario.condition(svc, "Ready")["reason"] == "Initializing"
+    assert scenario.condition(svc, "Ready")["lastTransitionTime"] == "2026-01-01T00:01:01Z"
+    assert len(await env.live_clusters()) == 1
