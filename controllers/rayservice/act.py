@@ -12,7 +12,8 @@ reads the cluster's annotations and the Services again and carries on):
    the RayService's Services;
 3. the Serve config PUT, then its hash annotation (a crash between them is caught by the
    next pass, which sees the dashboard runs that config), then the head pod's
-   ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then). A PUT
+   ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then), and
+   during an upgrade the serving cluster's head pod's. A PUT
    that fails writes the status with Serve's answer and raises (a timed-out PUT quietly:
    Ray may still be deploying it);
 4. the old active cluster's ``delete-after``, **before** traffic leaves it; then the
@@ -72,8 +73,9 @@ class Executor:
                 raise refused
         if plan.serve_annotation is not None:
             await self._annotate(plan.serve_annotation)
-        if plan.relabel is not None:
-            await self._relabel(plan.relabel)
+        for relabel in (plan.relabel, plan.relabel_serving):
+            if relabel is not None:
+                await self._relabel(relabel)
         if plan.delete_after is not None:
             await self._annotate(plan.delete_after)
         for point in plan.points:

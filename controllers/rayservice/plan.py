@@ -39,7 +39,11 @@ The decisions, in order (the first three end the pass early):
    its dashboard said: *submit* the config when the cluster's ``serve-config-hash``
    differs or Serve runs no application, unless Serve already runs exactly this
    config (a PUT made before a crash); write the hash annotation after it;
-   *relabel* the head pod's ``ray.io/serve`` when its proxy's health says so;
+   *relabel* the head pod's ``ray.io/serve`` when its proxy's health says so; during
+   an upgrade the serving (active) cluster's head too, every poll (KubeRay v1.7.0
+   checks both heads each pass): its proxy is asked ``/-/healthz`` directly (its
+   dashboard is not polled), so a dead proxy leaves the serve service even when
+   the pending cluster never becomes ready;
 6. **traffic**: once the target's applications are all ``RUNNING``, the services
    are created or *pointed* at it; a switch stamps the old active cluster's
    ``delete-after`` first. A pass that moved traffic writes no status: the serve
@@ -76,6 +80,7 @@ __all__ = [
     "Plan",
     "Point",
     "Poll",
+    "ProxyView",
     "Relabel",
     "Roles",
     "ServeFailed",
@@ -136,6 +141,20 @@ class ServeView:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ProxyView:
+    """The serving cluster's head while Serve runs on another (an upgrade): its Serve
+    proxy's health, for its ``ray.io/serve`` label (KubeRay v1.7.0 checks both heads)."""
+
+    cluster: str
+    """The serving cluster's name."""
+    head: Obj
+    """Its head pod (controlled by the cluster, not being deleted)."""
+    healthy: bool | None = None
+    """Its proxy answered ``/-/healthz``; None when not asked (the head is excluded
+    from the serve service)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Snapshot:
     """One RayService and everything around it, as one pass saw it. Read-only."""
 
@@ -158,6 +177,8 @@ class Snapshot:
     serve: ServeView | None = None
     """The target's dashboard, once its head is Running and Ready and there is a Serve
     config to run; None otherwise."""
+    serving_head: ProxyView | None = None
+    """The active cluster's head when it is not the target (an upgrade); None otherwise."""
 
 
 # -- what a plan holds ----------------------------------------------------------------------
@@ -295,7 +316,9 @@ class Plan:
     serve_annotation: Annotate | None = None
     """The target's ``serve-config-hash``, after the PUT."""
     relabel: Relabel | None = None
-    """The head pod's ``ray.io/serve`` label."""
+    """The target's head pod's ``ray.io/serve`` label."""
+    relabel_serving: Relabel | None = None
+    """The active cluster's head pod's, when it is not the target (an upgrade)."""
     delete_after: Annotate | None = None
     """The old active cluster's ``delete-after``, before traffic leaves it."""
     points: tuple[Point, ...] = ()
@@ -706,6 +729,7 @@ def _converge(
         submit=submit,
         serve_annotation=serve_annotation,
         relabel=relabel,
+        relabel_serving=_relabel_serving(service, snapshot.serving_head, active, target),
         target=target_name,
         slow_dashboard_factor=settings.slow_dashboard_factor,
     )
@@ -875,6 +899,29 @@ def _relabel(service: Mapping[str, Any], view: ServeView) -> Relabel | None:
     else:
         want = "true" if view.proxy_healthy else "false"
     return None if current == want else Relabel(head, want)
+
+
+def _relabel_serving(
+    service: Mapping[str, Any],
+    view: ProxyView | None,
+    active: Obj | None,
+    target: Obj | None,
+) -> Relabel | None:
+    """The active head's ``ray.io/serve`` while Serve runs on another cluster: it follows
+    its proxy (``false`` when the head is excluded), so a dead proxy leaves the serve
+    service even when the upgrade never completes; None when it already does."""
+    if view is None or active is None or active is target:
+        return None
+    if view.cluster != active["metadata"]["name"]:
+        return None
+    if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
+        want = "false"
+    elif view.healthy is None:
+        return None
+    else:
+        want = "true" if view.healthy else "false"
+    current = (view.head["metadata"].get("labels") or {}).get(raycluster.SERVE_LABEL)
+    return None if current == want else Relabel(view.head, want)
 
 
 def _warn_once(

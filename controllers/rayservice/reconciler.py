@@ -59,7 +59,9 @@ fixed, crash-safe order. What the pass decides:
    cluster's ``serve-config-hash`` differs or the dashboard has no applications (a
    restarted head); the head pod's ``ray.io/serve`` label follows its Serve proxy
    (Serve's own proxy report in the same answer, ``/-/healthz`` when that says
-   nothing or disagrees with the label), written only on change;
+   nothing or disagrees with the label), written only on change; during an upgrade
+   the active cluster's head label follows its proxy too (one ``/-/healthz`` per
+   poll), as KubeRay v1.7.0 checks both heads;
 6. traffic: when the target's applications are all ``RUNNING``, the services are
    created or pointed at it (a Service is rewritten only when the cluster it
    selects changes; an object of our name that we do not control is never

@@ -390,6 +390,22 @@ CASES = {
         [],
         lambda p: p.relabel is not None and p.relabel.value == "false",
     ),
+    "relabel: the serving head's proxy died during an upgrade": Case(
+        lambda: dataclasses.replace(
+            snapshot(SVC_NEW, [A, B], active=A, endpoints=1),
+            serving_head=plan.ProxyView(cluster=A_NAME, head=head_pod(A), healthy=False),
+        ),
+        [],
+        lambda p: p.relabel_serving is not None and p.relabel_serving.value == "false",
+    ),
+    "relabel: the serving head's label already follows its proxy": Case(
+        lambda: dataclasses.replace(
+            snapshot(SVC_NEW, [A, B], active=A, endpoints=1),
+            serving_head=plan.ProxyView(cluster=A_NAME, head=head_pod(A), healthy=True),
+        ),
+        [],
+        lambda p: p.relabel_serving is None,
+    ),
     "wait: the new cluster's name is held by one of ours being deleted": Case(
         lambda: snapshot(
             SVC_NEW,

@@ -188,3 +188,33 @@ async def test_suspend_and_resume_recover_a_timed_out_service(env: Env) -> None:
     assert scenario.condition(svc, "Ready")["reason"] == "Initializing"
     assert scenario.condition(svc, "Ready")["lastTransitionTime"] == "2026-01-01T00:01:01Z"
     assert len(await env.live_clusters()) == 1
+
+
+async def test_the_serving_heads_label_follows_its_proxy_during_an_upgrade(env: Env) -> None:
+    """``updateHeadPodServeLabel`` on the active and the pending head every pass: a dead
+    proxy on the serving head leaves the serve service although the pending cluster
+    never becomes ready; one ``/-/healthz`` per pass for it, its dashboard not read."""
+    old = await env.converge_first_cluster()
+    head = f"{old}-head-x"
+    await env.client.patch(scenario.PODS, "ns", head, {"metadata": {"labels": {
+        "ray.io/serve": "true"}}})  # fmt: skip
+    await env.synced()
+    svc = await env.service()
+    svc["spec"]["rayClusterConfig"]["rayVersion"] = "2.61.0"
+    await env.client.update(svc)
+    await env.synced()
+    await env.reconcile()  # the pending cluster; its head never starts
+    dash = env.fake(old)
+    dash.health_checks.clear()
+    gets = dash.get_count
+
+    dash.proxy_healthy = False
+    await env.reconcile()
+    pod = await env.client.get(scenario.PODS, "ns", head)
+    assert pod["metadata"]["labels"]["ray.io/serve"] == "false"
+    dash.proxy_healthy = True
+    await env.reconcile()
+    pod = await env.client.get(scenario.PODS, "ns", head)
+    assert pod["metadata"]["labels"]["ray.io/serve"] == "true"
+    assert len(dash.health_checks) == 2
+    assert dash.get_count == gets
