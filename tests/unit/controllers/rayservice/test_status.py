@@ -322,7 +322,7 @@ def test_compute_does_not_modify_its_input() -> None:
     s0 = step(None, T[0], active=active(applications=RUNNING_APPS), num_serve_endpoints=1)
     svc = service(s0)
     frozen = copy.deepcopy(svc)
-    status.compute(svc, status.Observed(active=active(), suspend="suspending"), now=T[5])
+    status.compute(svc, status.Observed(active=active(), suspend="requested"), now=T[5])
     assert svc == frozen
 
 
