@@ -6,12 +6,14 @@ reads the cluster's annotations and the Services again and carries on):
 
 1. the plan's Warnings;
 2. cluster writes in the plan's order (the active cluster's, the pending one's,
-   then deletions), each with its Event once it succeeded (a cluster already gone,
-   or replaced, is skipped quietly; a create that finds the name taken leaves it to
-   the watch);
+   then the dangling ones': their ``delete-after``, or their deletion), each with its
+   Event once it succeeded (a cluster already gone, or replaced, is skipped quietly;
+   a create that finds the name taken leaves it to the watch); then, in a suspend,
+   the RayService's Services;
 3. the Serve config PUT, then its hash annotation (a crash between them is caught by the
    next pass, which sees the dashboard runs that config), then the head pod's
-   ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then). A PUT
+   ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then), and
+   during an upgrade the serving cluster's head pod's. A PUT
    that fails writes the status with Serve's answer and raises (a timed-out PUT quietly:
    Ray may still be deploying it);
 4. the old active cluster's ``delete-after``, **before** traffic leaves it; then the
@@ -32,7 +34,7 @@ from typing import Any
 import api.v1 as v1
 from controllers.ray import dashboard, serveconfig
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters
+from controllers.rayservice import clusters, services
 from controllers.rayservice import plan as plan_
 from runtime import events
 from runtime import status as status_writer
@@ -60,6 +62,8 @@ class Executor:
             self.recorder.event(service, event.type, event.reason, event.message)
         for op in plan.clusters:
             await self._cluster(service, op)
+        for gone in plan.delete_services:
+            await self._delete_service(service, gone)
         if plan.submit is not None:
             started = time.monotonic()
             refused = await self._submit(service, plan.submit)
@@ -69,8 +73,9 @@ class Executor:
                 raise refused
         if plan.serve_annotation is not None:
             await self._annotate(plan.serve_annotation)
-        if plan.relabel is not None:
-            await self._relabel(plan.relabel)
+        for relabel in (plan.relabel, plan.relabel_serving):
+            if relabel is not None:
+                await self._relabel(relabel)
         if plan.delete_after is not None:
             await self._annotate(plan.delete_after)
         for point in plan.points:
@@ -103,6 +108,19 @@ class Executor:
             service, "Normal", "DeletedRayCluster", f"Deleted RayCluster {meta['name']}: {why}"
         )
 
+    async def _delete_service(self, service: Obj, gone: plan_.DeleteService) -> None:
+        meta = gone.svc["metadata"]
+        try:
+            await self.client.delete(
+                services.SERVICES, meta["namespace"], meta["name"], uid=meta.get("uid"),
+                propagation_policy="Background",
+            )  # fmt: skip
+        except (errors.NotFound, errors.Conflict):
+            return
+        self.recorder.event(
+            service, "Normal", "DeletedService", f"Deleted Service {meta['name']}: {gone.why}"
+        )
+
     async def _cluster(self, service: Obj, op: plan_.ClusterOp) -> None:
         if isinstance(op, plan_.Delete):
             await self.delete(service, op.cluster, op.why)
@@ -110,6 +128,9 @@ class Executor:
             await self._annotate(
                 plan_.Annotate(op.cluster, {clusters.DELETE_AFTER_ANNOTATION: None})
             )
+        elif isinstance(op, plan_.Annotate):
+            with contextlib.suppress(errors.NotFound):  # gone since the cache looked
+                await self._annotate(op)
         elif isinstance(op, plan_.UpdateInPlace):
             await self.client.update(op.desired)
             name = op.desired["metadata"]["name"]

@@ -7,9 +7,18 @@ cluster (zero-downtime upgrade), except when worker groups were only appended
 pure: objects are raw API dicts (camelCase), arguments are never modified, and
 what is returned is the caller's own copy.
 
-- :func:`spec_hash` identifies a cluster config while ignoring what the Ray
-  autoscaler writes (every worker group's ``replicas``, ``minReplicas``,
-  ``maxReplicas`` and ``scaleStrategy.workersToDelete``). It is compared under
+- :func:`spec_hash` identifies a cluster config while ignoring what must not
+  make a new cluster (KubeRay v1.7.0's ``rayClusterSpecForHashing`` and
+  ``GenerateHashWithoutReplicasAndWorkersToDelete``): what the Ray autoscaler
+  writes (every worker group's ``replicas``, ``minReplicas``, ``maxReplicas`` and
+  ``scaleStrategy.workersToDelete``), what Kueue and other queueing controllers
+  write (``tolerations`` and ``schedulingGates`` of the head's and every worker
+  group's pod template, and ``suspend``: it is copied to a cluster when the cluster
+  is created and never again, so Kueue suspending the config changes no cluster),
+  and the RayCluster's own ``upgradeStrategy``. For a config that sets none of
+  these the value is the one earlier versions of this operator wrote; a cluster
+  carrying an earlier value for a config that does set them is still recognised
+  (:func:`match`), so an operator upgrade starts no upgrade. It is compared under
   Kubernetes' semantic equality (:func:`runtime.equality.normalize`): ``null``,
   ``{}`` and ``[]`` count as absent and quantities compare by value (``cpu: 2``
   is ``cpu: "2"``), so the API server's rewrites of a spec never look like a
@@ -103,6 +112,10 @@ ORIGINATED_FROM_CRD_LABEL = raycluster.ORIGINATED_FROM_CRD_LABEL
 ORIGINATED_FROM_CRD = "RayService"
 
 _AUTOSCALER_FIELDS = ("replicas", "minReplicas", "maxReplicas")
+_SCHEDULING_FIELDS = ("tolerations", "schedulingGates")
+"""Pod template fields a queueing controller (Kueue) may set: not part of the hash."""
+_CLUSTER_FIELDS = ("suspend", "upgradeStrategy")
+"""``rayClusterConfig`` fields not part of the hash (KubeRay v1.7.0)."""
 _SUFFIX_LENGTH = 5
 _MAX_ATTEMPTS = 10_000
 
@@ -140,11 +153,26 @@ def _digest(value: Any) -> str:
     return base64.b32hexencode(raw).decode().rstrip("=")
 
 
-def _without_autoscaler_fields(
-    cluster_config: Mapping[str, Any], worker_groups: int | None = None
+def _without_pod_scheduling(group: Any) -> None:
+    """Drop ``tolerations`` and ``schedulingGates`` from a group's pod template, in place."""
+    template = group.get("template") if isinstance(group, dict) else None
+    pod = template.get("spec") if isinstance(template, dict) else None
+    if isinstance(pod, dict):
+        for key in _SCHEDULING_FIELDS:
+            pod.pop(key, None)
+
+
+def _for_hashing(
+    cluster_config: Mapping[str, Any], worker_groups: int | None = None, *, legacy: bool = False
 ) -> Obj:
-    """A copy of the config without what the autoscaler writes (groups cut to ``worker_groups``)."""
+    """A copy of the config without what :func:`spec_hash` ignores (groups cut to
+    ``worker_groups``); ``legacy``: without the autoscaler's fields only (the hash of
+    earlier versions)."""
     config = copy.deepcopy(dict(cluster_config))
+    if not legacy:
+        for key in _CLUSTER_FIELDS:
+            config.pop(key, None)
+        _without_pod_scheduling(config.get("headGroupSpec"))
     groups = config.get("workerGroupSpecs")
     if not isinstance(groups, list):
         return config
@@ -158,25 +186,34 @@ def _without_autoscaler_fields(
             strategy = group.get("scaleStrategy")
             if isinstance(strategy, dict):
                 strategy.pop("workersToDelete", None)
+            if not legacy:
+                _without_pod_scheduling(group)
         stripped.append(group)
     config["workerGroupSpecs"] = stripped
     return config
 
 
-def spec_hash(cluster_config: Mapping[str, Any], *, worker_groups: int | None = None) -> str:
-    """The hash of ``spec.rayClusterConfig`` without the autoscaler-owned fields.
+def spec_hash(
+    cluster_config: Mapping[str, Any], *, worker_groups: int | None = None, legacy: bool = False
+) -> str:
+    """The hash of ``spec.rayClusterConfig`` without the fields that must not make a new
+    cluster (see the module docstring).
 
     ``worker_groups=n`` hashes only the first ``n`` worker groups (the config a
     cluster with ``n`` groups would have if groups were only appended since).
     Deterministic, insensitive to key order and to semantically empty values,
     sensitive to everything else. Not KubeRay's value (see the module docstring).
+    ``legacy``: the value earlier versions of this operator wrote (only the
+    autoscaler's fields ignored), for recognising their clusters.
 
     >>> spec_hash({"rayVersion": "2.46.0"}) != spec_hash({"rayVersion": "2.47.0"})
+    True
+    >>> spec_hash({"rayVersion": "2.46.0", "suspend": True}) == spec_hash({"rayVersion": "2.46.0"})
     True
     """
     return _digest(
         _canonical_numbers(
-            equality.normalize(_without_autoscaler_fields(cluster_config, worker_groups))
+            equality.normalize(_for_hashing(cluster_config, worker_groups, legacy=legacy))
         )
     )
 
@@ -291,8 +328,8 @@ def _same_spec(cluster: Mapping[str, Any], config: Mapping[str, Any], groups: in
     spec = cluster.get("spec")
     if not isinstance(spec, Mapping):
         return False
-    ours = equality.normalize(_without_autoscaler_fields(spec))
-    theirs = equality.normalize(_without_autoscaler_fields(config, groups))
+    ours = equality.normalize(_for_hashing(spec))
+    theirs = equality.normalize(_for_hashing(config, groups))
     return bool(ours == theirs)
 
 
@@ -300,13 +337,15 @@ def match(cluster: Mapping[str, Any], cluster_config: Mapping[str, Any]) -> Matc
     """Whether ``cluster`` runs ``cluster_config`` (see :class:`Match`).
 
     ``EXACT`` when the cluster's :data:`HASH_ANNOTATION` is :func:`spec_hash` of the
-    config; ``APPENDED`` when its :data:`NUM_WORKER_GROUPS_ANNOTATION` is an integer
-    ``n``, the config has more than ``n`` worker groups, and the hash of its first
-    ``n`` groups is the cluster's. A missing or garbled annotation is no match.
+    config (or its ``legacy`` value: a cluster made by an earlier version of this
+    operator); ``APPENDED`` when its :data:`NUM_WORKER_GROUPS_ANNOTATION` is an integer
+    ``n``, the config has more than ``n`` worker groups, and the hash (or its legacy
+    value) of its first ``n`` groups is the cluster's. A missing or garbled annotation
+    is no match.
 
     As a fallback for clusters whose hash is not ours (a cluster KubeRay created,
     before the switch to this operator), the cluster's own ``spec`` is compared with
-    the config the same way (without autoscaler fields, semantically): equal is
+    the config the same way (without the fields the hash ignores, semantically): equal is
     ``EXACT``, equal to the config's first ``len(cluster groups)`` groups while the
     config has more is ``APPENDED``.
     """
@@ -314,7 +353,10 @@ def match(cluster: Mapping[str, Any], cluster_config: Mapping[str, Any]) -> Matc
     current = annotations.get(HASH_ANNOTATION)
     groups = cluster_config.get("workerGroupSpecs")
     wanted_groups = len(groups) if isinstance(groups, list) else 0
-    if current is not None and current == spec_hash(cluster_config):
+    if current is not None and current in (
+        spec_hash(cluster_config),
+        spec_hash(cluster_config, legacy=True),
+    ):
         return Match.EXACT
     try:
         had = int(str(annotations.get(NUM_WORKER_GROUPS_ANNOTATION)))
@@ -323,7 +365,11 @@ def match(cluster: Mapping[str, Any], cluster_config: Mapping[str, Any]) -> Matc
     if (
         current is not None
         and 0 <= had < wanted_groups
-        and current == spec_hash(cluster_config, worker_groups=had)
+        and current
+        in (
+            spec_hash(cluster_config, worker_groups=had),
+            spec_hash(cluster_config, worker_groups=had, legacy=True),
+        )
     ):
         return Match.APPENDED
     # Fallback: the specs themselves.
@@ -340,7 +386,8 @@ def updated_in_place(cluster: Mapping[str, Any], service: Mapping[str, Any]) -> 
     """A copy of ``cluster`` with the spec, labels and annotations :func:`desired_cluster` gives.
 
     KubeRay's in-place update (``modifyRayCluster``): spec, labels and annotations
-    are replaced; our bookkeeping annotations (:data:`SERVE_CONFIG_ANNOTATION`,
+    are replaced, except the cluster's own ``suspend`` (set when it was created, then
+    Kueue's); our bookkeeping annotations (:data:`SERVE_CONFIG_ANNOTATION`,
     :data:`DELETE_AFTER_ANNOTATION`) are kept when the cluster has them, and the rest
     of the metadata (``resourceVersion``, ``uid``, ``ownerReferences``, ...) is kept.
     """
@@ -354,7 +401,12 @@ def updated_in_place(cluster: Mapping[str, Any], service: Mapping[str, Any]) -> 
             annotations[key] = old_annotations[key]
     meta["labels"] = desired["metadata"]["labels"]
     meta["annotations"] = annotations
-    updated["spec"] = desired["spec"]
+    spec = desired["spec"]
+    spec.pop("suspend", None)
+    old_spec = cluster.get("spec")
+    if isinstance(old_spec, Mapping) and "suspend" in old_spec:
+        spec["suspend"] = old_spec["suspend"]
+    updated["spec"] = spec
     return updated
 
 

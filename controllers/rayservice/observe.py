@@ -10,9 +10,13 @@ Ray dashboard. It writes nothing. What it found is:
   the typed spec, the parsed Serve config, the initializing timeout; the YAML is
   parsed off the event loop first, :func:`controllers.ray.serveconfig.parse_off_loop`);
 - the RayClusters it owns (selected by the ``ray.io/originated-from-*`` labels and
-  controlled by it), its head and serve Services, the ready endpoints of the serve
-  service;
+  controlled by it), its head and serve Services, the pods ready behind the serve
+  service (:func:`controllers.rayservice.services.ready_endpoints`);
 - every RayCluster name in the namespace, only when a new cluster has to be named;
+- during an upgrade, the active cluster's head pod and its Serve proxy's health
+  (one ``/-/healthz``, not asked when the head is excluded from the serve service;
+  a :class:`~controllers.rayservice.plan.ProxyView`): its ``ray.io/serve`` label is
+  kept up to date too, as KubeRay v1.7.0 does for both heads;
 - for the target, once its head pod (controlled by the cluster, Running and Ready)
   is there: the dashboard's Serve applications, and the Serve proxy's health when
   the head pod's ``ray.io/serve`` label may have to change (a
@@ -53,9 +57,11 @@ async def observe(
     address_mode: dashboard.Mode,
     cluster_domain: str,
     now: datetime.datetime,
+    zero_downtime: bool,
 ) -> plan_.Snapshot:
     """Read what a pass over ``service`` decides from (see the module docstring);
-    ``now`` only tells whether the pass stops before the clusters (a timeout)."""
+    ``now`` only tells whether the pass stops before the clusters (a timeout),
+    ``zero_downtime`` which cluster is the target (:func:`controllers.rayservice.plan.roles`)."""
     text = (service.get("spec") or {}).get("serveConfigV2")
     if isinstance(text, str):
         await serveconfig.parse_off_loop(text)  # once per text, never on the loop
@@ -92,11 +98,16 @@ async def observe(
         ),
         endpoints=endpoints,
     )
-    decided = plan_.roles(snapshot, now)
+    decided = plan_.roles(snapshot, now, zero_downtime=zero_downtime)
     if decided is None:  # suspended, timed out, or a Service we do not control
         return snapshot
     if decided.need_new and decided.pending is None:
         snapshot = dataclasses.replace(snapshot, names_in_use=await _names(cache, service))
+    if decided.need_new and decided.active is not None:
+        serving = await _serving_head(
+            cache, dashboards, decided.active, service, address_mode, cluster_domain
+        )
+        snapshot = dataclasses.replace(snapshot, serving_head=serving)
     if decided.target is not None and checked.serve_config:
         view = await _serve_view(
             cache,
@@ -165,6 +176,37 @@ def not_the_head_service(found: Mapping[str, Any] | None, cluster: Mapping[str, 
     ):
         return "does not select the cluster's head pod"
     return None
+
+
+async def _serving_head(
+    cache: cache_.Cache,
+    dashboards: dashboard.DashboardFactory,
+    cluster: Mapping[str, Any],
+    service: Mapping[str, Any],
+    mode: dashboard.Mode,
+    cluster_domain: str,
+) -> plan_.ProxyView | None:
+    """The active cluster's head during an upgrade, with its proxy's health: one
+    ``/-/healthz`` (none when the head is excluded from the serve service; a pod
+    without an IP is unhealthy without asking). The dashboard is not read."""
+    head = await _head_pod(cache, cluster)
+    if head is None:
+        return None
+    name = cluster["metadata"]["name"]
+    if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
+        return plan_.ProxyView(cluster=name, head=head)
+    ip = (head.get("status") or {}).get("podIP")
+    if not ip and mode != "kubernetes-proxy":
+        return plan_.ProxyView(cluster=name, head=head, healthy=False)
+    address = dashboard.address(
+        mode,
+        cluster=name,
+        namespace=cluster["metadata"]["namespace"],
+        head_pod_ip=ip,
+        cluster_domain=cluster_domain,
+    )
+    healthy = await dashboards.client_for(address).serve_proxy_healthy(head)
+    return plan_.ProxyView(cluster=name, head=head, healthy=healthy)
 
 
 async def _serve_view(

@@ -10,26 +10,40 @@ The decisions, in order (the first three end the pass early):
    ``ValidationFailed`` with the reasons, a Warning unless the status already says
    exactly this, and a :class:`~runtime.reconcile.TerminalError` (no retry until it
    changes);
-2. **suspend**: every live cluster deleted; ``Suspending`` until none is left, then
-   ``Suspended``. **Timeout**: an ``ray.io/initializing-timeout`` that passed before
-   the service was ever ready deletes its clusters; ``InitializingTimeout`` stays
-   until the spec changes (a Warning the pass it passes);
+2. **suspend** (:func:`suspend_phase`, KubeRay v1.7.0's): the first pass to see
+   ``spec.suspend`` only commits ``Suspending`` (the status); the next ones delete
+   every cluster and the head and serve Services, until none is left, then
+   ``Suspended``; once committed it completes even if ``spec.suspend`` turns false
+   meanwhile. Resuming re-arms ``Ready=Initializing`` and goes on in the same pass
+   (:func:`controllers.rayservice.status.resumed`). **Timeout**: an
+   ``ray.io/initializing-timeout`` that passed before the service was ever ready is
+   terminal (KubeRay v1.7.0): ``InitializingTimeout`` and a Warning once, then no
+   status write, whatever the spec becomes (only a suspend and resume starts it
+   afresh); its clusters are dangling (step 4);
 3. **foreign Services**: a head or serve Service of our name that we do not control
    is never touched; ``ServiceNotOwned`` is reported instead;
 4. **clusters** (:func:`roles`): the active cluster (the one the head Service
-   selects) is *kept* when its hash matches, or with ``upgradeStrategy.type: None``;
+   selects) is *kept* when its hash matches, or when upgrades on a new cluster are
+   off (:func:`new_cluster_upgrades`: ``upgradeStrategy.type: None``, or no type and
+   the operator's ``ENABLE_ZERO_DOWNTIME=false``);
    *updated in place* when worker groups were only appended; otherwise a pending
    cluster is found (kept, or updated in place) or *created*, named after the spec
    hash (or waited for while its name is still held by one being deleted). A
    cluster taken back into a role loses its ``delete-after``. Clusters no role
-   claims and no Service selects are *deleted* when due (no ``delete-after``: at
-   once; otherwise when it passes); dropping a pending cluster without one while the
-   active one matches again is a *rollback*;
+   claims and no Service selects are *dangling*: they get a ``delete-after``
+   ``rayClusterDeletionDelaySeconds`` (60) away if they have none, and are *deleted*
+   once it passed (KubeRay v1.7.0 waits the same delay for every cluster it
+   deletes before the RayService goes); dropping a pending cluster without one while
+   the active one matches again is a *rollback*, in progress until it is gone;
 5. **Serve** on the target (the pending cluster, else the active one), from what
    its dashboard said: *submit* the config when the cluster's ``serve-config-hash``
    differs or Serve runs no application, unless Serve already runs exactly this
    config (a PUT made before a crash); write the hash annotation after it;
-   *relabel* the head pod's ``ray.io/serve`` when its proxy's health says so;
+   *relabel* the head pod's ``ray.io/serve`` when its proxy's health says so; during
+   an upgrade the serving (active) cluster's head too, every poll (KubeRay v1.7.0
+   checks both heads each pass): its proxy is asked ``/-/healthz`` directly (its
+   dashboard is not polled), so a dead proxy leaves the serve service even when
+   the pending cluster never becomes ready;
 6. **traffic**: once the target's applications are all ``RUNNING``, the services
    are created or *pointed* at it; a switch stamps the old active cluster's
    ``delete-after`` first. A pass that moved traffic writes no status: the serve
@@ -59,12 +73,14 @@ __all__ = [
     "ClusterOp",
     "Create",
     "Delete",
+    "DeleteService",
     "Event",
     "Keep",
     "Memory",
     "Plan",
     "Point",
     "Poll",
+    "ProxyView",
     "Relabel",
     "Roles",
     "ServeFailed",
@@ -74,10 +90,12 @@ __all__ = [
     "Submit",
     "UpdateInPlace",
     "asks_proxy",
+    "new_cluster_upgrades",
     "plan",
     "proxy_status",
     "roles",
     "submits",
+    "suspend_phase",
 ]
 
 Obj = dict[str, Any]
@@ -123,6 +141,20 @@ class ServeView:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ProxyView:
+    """The serving cluster's head while Serve runs on another (an upgrade): its Serve
+    proxy's health, for its ``ray.io/serve`` label (KubeRay v1.7.0 checks both heads)."""
+
+    cluster: str
+    """The serving cluster's name."""
+    head: Obj
+    """Its head pod (controlled by the cluster, not being deleted)."""
+    healthy: bool | None = None
+    """Its proxy answered ``/-/healthz``; None when not asked (the head is excluded
+    from the serve service)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Snapshot:
     """One RayService and everything around it, as one pass saw it. Read-only."""
 
@@ -137,13 +169,16 @@ class Snapshot:
     serve_svc: Obj | None = None
     """The serve service, if it exists (whoever controls it)."""
     endpoints: int = 0
-    """Ready endpoints of the serve service."""
+    """Pods ready behind the serve service
+    (:func:`controllers.rayservice.services.ready_endpoints`)."""
     names_in_use: Mapping[str, str | None] | None = None
     """Every RayCluster name in the namespace, with its spec hash when this RayService
     owns it (``""`` when it does not); None when no new cluster is needed."""
     serve: ServeView | None = None
     """The target's dashboard, once its head is Running and Ready and there is a Serve
     config to run; None otherwise."""
+    serving_head: ProxyView | None = None
+    """The active cluster's head when it is not the target (an upgrade); None otherwise."""
 
 
 # -- what a plan holds ----------------------------------------------------------------------
@@ -187,7 +222,12 @@ class Delete:
     why: str
 
 
-ClusterOp = Keep | UpdateInPlace | Create | Delete
+@dataclasses.dataclass(frozen=True)
+class DeleteService:
+    """Delete the Service ``svc`` (its uid as a precondition), saying ``why`` in the Event."""
+
+    svc: Obj
+    why: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +245,9 @@ class Annotate:
 
     cluster: Obj
     annotations: Mapping[str, str | None]
+
+
+ClusterOp = Keep | UpdateInPlace | Create | Delete | Annotate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +295,9 @@ class Settings:
     serve_poll_interval: float = 2.0
     serve_poll_max: float = 10.0
     slow_dashboard_factor: float = 4.0
+    zero_downtime: bool = True
+    """A changed ``rayClusterConfig`` goes to a new cluster unless
+    ``upgradeStrategy.type`` says otherwise (:func:`new_cluster_upgrades`)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -261,13 +307,18 @@ class Plan:
     events: tuple[Event, ...] = ()
     """Warnings decided from the snapshot (sent first)."""
     clusters: tuple[ClusterOp, ...] = ()
-    """Cluster writes: the active one's, the pending one's, then deletions."""
+    """Cluster writes: the active one's, the pending one's, then the dangling ones'
+    (their ``delete-after``, or their deletion)."""
+    delete_services: tuple[DeleteService, ...] = ()
+    """The RayService's own Services to delete (a suspend)."""
     submit: Submit | None = None
     """The Serve config to PUT."""
     serve_annotation: Annotate | None = None
     """The target's ``serve-config-hash``, after the PUT."""
     relabel: Relabel | None = None
-    """The head pod's ``ray.io/serve`` label."""
+    """The target's head pod's ``ray.io/serve`` label."""
+    relabel_serving: Relabel | None = None
+    """The active cluster's head pod's, when it is not the target (an upgrade)."""
     delete_after: Annotate | None = None
     """The old active cluster's ``delete-after``, before traffic leaves it."""
     points: tuple[Point, ...] = ()
@@ -359,19 +410,37 @@ def _foreign(snapshot: Snapshot) -> list[Obj]:
     ]
 
 
-def _stops(snapshot: Snapshot, now: datetime.datetime) -> bool:
+SuspendPhase = Literal["requested", "deleting", "suspended", "resuming"]
+
+
+def suspend_phase(snapshot: Snapshot) -> SuspendPhase | None:
+    """Where a suspend stands (KubeRay v1.7.0's ``handleSuspend``), from the persisted
+    conditions first: ``Suspended`` is ``suspended`` while ``spec.suspend`` holds, else
+    ``resuming``; a committed ``Suspending`` is ``deleting`` whatever the spec says
+    (atomic); otherwise ``spec.suspend`` is ``requested``. None: not suspending."""
+    service = snapshot.service
     spec = snapshot.validated.spec
+    wanted = bool(spec is not None and spec.suspend)
+    if _condition_true(service, status_.SUSPENDED):
+        return "suspended" if wanted else "resuming"
+    if _condition_true(service, status_.SUSPENDING):
+        return "deleting"
+    return "requested" if wanted else None
+
+
+def _stops(snapshot: Snapshot, now: datetime.datetime) -> bool:
     return (
-        spec is None
-        or bool(spec.suspend)
+        snapshot.validated.spec is None
+        or suspend_phase(snapshot) in ("requested", "deleting", "suspended")
         or _timed_out(snapshot, now) is not None
         or bool(_foreign(snapshot))
     )
 
 
-def roles(snapshot: Snapshot, now: datetime.datetime) -> Roles | None:
+def roles(snapshot: Snapshot, now: datetime.datetime, *, zero_downtime: bool) -> Roles | None:
     """The clusters' roles; None when the pass stops before the clusters (invalid,
-    suspended, timed out, or a Service of our name we do not control)."""
+    suspended, timed out, or a Service of our name we do not control).
+    ``zero_downtime``: :attr:`Settings.zero_downtime`."""
     if _stops(snapshot, now):
         return None
     spec = snapshot.validated.spec
@@ -386,7 +455,7 @@ def roles(snapshot: Snapshot, now: datetime.datetime) -> Roles | None:
     need_new = not (
         active_match is clusters.Match.APPENDED
         or active_match is clusters.Match.EXACT
-        or (active is not None and _upgrade_type(spec) == "None")
+        or (active is not None and not new_cluster_upgrades(spec, zero_downtime))
     )
     pending = pending_match = None
     if need_new:
@@ -400,9 +469,25 @@ def roles(snapshot: Snapshot, now: datetime.datetime) -> Roles | None:
     return Roles(live, active, active_match, pending, pending_match, need_new)
 
 
-def _upgrade_type(spec: Any) -> str:
+def new_cluster_upgrades(spec: Any, zero_downtime: bool) -> bool:
+    """Whether a changed ``rayClusterConfig`` is rolled out on a new cluster (KubeRay
+    v1.7.0's ``isZeroDowntimeUpgradeEnabled``): ``spec.upgradeStrategy.type`` decides
+    when it is set (``NewCluster``: yes; ``None``: no); otherwise ``zero_downtime``
+    (the operator's ``ENABLE_ZERO_DOWNTIME``, not ``false``) does.
+
+    >>> from types import SimpleNamespace as S
+    >>> new_cluster_upgrades(S(upgrade_strategy=None), False)
+    False
+    >>> new_cluster_upgrades(S(upgrade_strategy=S(type="NewCluster")), False)
+    True
+    >>> new_cluster_upgrades(S(upgrade_strategy=S(type="None")), True)
+    False
+    """
     strategy = spec.upgrade_strategy
-    return str((strategy.type if strategy is not None else None) or "NewCluster")
+    kind = strategy.type if strategy is not None else None
+    if kind:
+        return str(kind) == "NewCluster"
+    return zero_downtime
 
 
 # -- the plan -------------------------------------------------------------------------------
@@ -439,34 +524,32 @@ def plan(
             error=reconcile.TerminalError(message),
             memory=dataclasses.replace(memory, poll=None),
         )
-    live = tuple(c for c in snapshot.owned if not c["metadata"].get("deletionTimestamp"))
-
-    if checked.spec.suspend:
-        observed = status_.Observed(
-            num_serve_endpoints=endpoints, suspend="suspending" if snapshot.owned else "suspended"
-        )
-        return dataclasses.replace(
-            base,
-            clusters=tuple(Delete(c, "the RayService is suspended") for c in live),
-            status=status(observed),
-            report=observed,
-            memory=dataclasses.replace(memory, poll=None),
-        )
+    phase = suspend_phase(snapshot)
+    if phase == "resuming":  # the pass goes on from a re-armed Initializing
+        service = {**service, "status": status_.resumed(service, now=now_text)}
+        snapshot = dataclasses.replace(snapshot, service=service)
+        base = dataclasses.replace(base, service=service)
+    elif phase is not None:
+        return _suspend(snapshot, phase, base, settings)
 
     timed_out = _timed_out(snapshot, now)
     if timed_out is not None:
-        events: tuple[Event, ...] = ()
-        if timed_out.message is not None:  # it passed in this pass
-            events = (Event("Warning", "RayServiceInitializingTimeout", timed_out.message),)
+        # Terminal: every cluster is dangling, deleted after the deletion delay; the
+        # status is written once, when it times out, and never again.
+        retired, wake = _retire(
+            snapshot.owned, now, checked.spec, "the RayService did not become ready in time"
+        )
+        if timed_out.message is None:  # it passed before
+            return dataclasses.replace(base, clusters=retired, wake=wake, memory=Memory())
         observed = status_.Observed(num_serve_endpoints=endpoints, timed_out=timed_out.message)
-        why = "the RayService did not become ready in time"
         return dataclasses.replace(
             base,
-            events=events,
-            clusters=tuple(Delete(c, why) for c in live),
+            events=(Event("Warning", "RayServiceInitializingTimeout", timed_out.message),),
+            clusters=retired,
             status=status(observed),
             report=observed,
-            memory=dataclasses.replace(memory, poll=None),
+            wake=wake,
+            memory=Memory(),
         )
 
     foreign = _foreign(snapshot)
@@ -487,9 +570,55 @@ def plan(
             wake=(settings.serve_poll_max,),
         )
 
-    decided = roles(snapshot, now)
+    decided = roles(snapshot, now, zero_downtime=settings.zero_downtime)
     assert decided is not None
     return _converge(snapshot, decided, base, now, settings)
+
+
+def _suspend(snapshot: Snapshot, phase: SuspendPhase, base: Plan, settings: Settings) -> Plan:
+    """A suspend at ``phase`` (:func:`suspend_phase`; not ``resuming``). ``requested``
+    only commits (the status; the deletions come the pass after, as KubeRay's);
+    ``deleting`` deletes every cluster and the head and serve Services it controls, and
+    is ``suspended`` once none is left; ``suspended`` writes nothing."""
+    service = snapshot.service
+    now_text = clock.rfc3339(base.now) if base.now is not None else ""
+    memory = Memory()
+    if phase == "suspended":
+        return dataclasses.replace(base, memory=memory)
+    if phase == "requested":
+        observed = status_.Observed(suspend="requested")
+        return dataclasses.replace(
+            base,
+            status=status_.compute(service, observed, now=now_text),
+            report=observed,
+            wake=(settings.serve_poll_interval,),
+            memory=memory,
+        )
+    why = "the RayService is suspended"
+    ours = [
+        s
+        for s in (snapshot.head_svc, snapshot.serve_svc)
+        if s is not None and objects.is_controlled_by(s, service)
+    ]
+    left = bool(snapshot.owned or ours)
+    observed = status_.Observed(suspend="deleting" if left else "suspended")
+    spec = snapshot.validated.spec
+    resume = not left and not (spec is not None and spec.suspend)
+    return dataclasses.replace(
+        base,
+        # Suspended while the spec already says resume (it turned false meanwhile): no
+        # event will come, so look again.
+        wake=(settings.serve_poll_interval,) if resume else (),
+        clusters=tuple(
+            Delete(c, why) for c in snapshot.owned if not c["metadata"].get("deletionTimestamp")
+        ),
+        delete_services=tuple(
+            DeleteService(s, why) for s in ours if not s["metadata"].get("deletionTimestamp")
+        ),
+        status=status_.compute(service, observed, now=now_text),
+        report=observed,
+        memory=memory,
+    )
 
 
 def _converge(
@@ -538,19 +667,19 @@ def _converge(
         if n
     )
     dangling = [c for c in snapshot.owned if c["metadata"]["name"] not in claimed]
+    # A pending cluster dropped because the spec went back to the active one's (it has
+    # no delete-after yet: traffic never left it), until it is gone.
+    was_rolling_back = _condition_true(service, status_.ROLLBACK_IN_PROGRESS)
     rolling_back = (
         active is not None
         and not decided.need_new
-        and any(not _delete_after_set(c) for c in dangling)
+        and any(was_rolling_back or not _delete_after_set(c) for c in dangling)
     )
-    for cluster in dangling:
-        if cluster["metadata"].get("deletionTimestamp"):
-            continue
-        after = _delete_after(cluster, now)
-        if after is None or after <= now:
-            ops.append(Delete(cluster, "no longer serving or being prepared"))
-        else:
-            wake.append((after - now).total_seconds())
+    retired, due = _retire(
+        tuple(dangling), now, snapshot.validated.spec, "no longer serving or being prepared"
+    )
+    ops.extend(retired)
+    wake.extend(due)
 
     # 5. Serve
     # A new cluster is needed but cannot be created yet: Serve waits for it (the serving
@@ -600,6 +729,7 @@ def _converge(
         submit=submit,
         serve_annotation=serve_annotation,
         relabel=relabel,
+        relabel_serving=_relabel_serving(service, snapshot.serving_head, active, target),
         target=target_name,
         slow_dashboard_factor=settings.slow_dashboard_factor,
     )
@@ -771,6 +901,29 @@ def _relabel(service: Mapping[str, Any], view: ServeView) -> Relabel | None:
     return None if current == want else Relabel(head, want)
 
 
+def _relabel_serving(
+    service: Mapping[str, Any],
+    view: ProxyView | None,
+    active: Obj | None,
+    target: Obj | None,
+) -> Relabel | None:
+    """The active head's ``ray.io/serve`` while Serve runs on another cluster: it follows
+    its proxy (``false`` when the head is excluded), so a dead proxy leaves the serve
+    service even when the upgrade never completes; None when it already does."""
+    if view is None or active is None or active is target:
+        return None
+    if view.cluster != active["metadata"]["name"]:
+        return None
+    if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
+        want = "false"
+    elif view.healthy is None:
+        return None
+    else:
+        want = "true" if view.healthy else "false"
+    current = (view.head["metadata"].get("labels") or {}).get(raycluster.SERVE_LABEL)
+    return None if current == want else Relabel(view.head, want)
+
+
 def _warn_once(
     service: Mapping[str, Any], condition_reason: str, event_reason: str, message: str
 ) -> tuple[Event, ...]:
@@ -792,13 +945,12 @@ def _timed_out(snapshot: Snapshot, now: datetime.datetime) -> _TimedOut | None:
     """None: not timed out. Otherwise when (see :class:`_TimedOut`)."""
     service = snapshot.service
     ready = status_.condition(service.get("status"), status_.READY)
-    generation = int(service["metadata"].get("generation") or 0)
     if (
         ready is not None
+        and ready.get("status") == "False"
         and ready.get("reason") == "InitializingTimeout"
-        and int(ready.get("observedGeneration") or 0) == generation
     ):
-        return _TimedOut(None)
+        return _TimedOut(None)  # terminal: whatever the spec says now
     if snapshot.endpoints > 0:
         return None
     timeout = snapshot.validated.initializing_timeout
@@ -834,6 +986,37 @@ def _next_poll(
     else:
         interval = settings.serve_poll_interval
     return interval, dataclasses.replace(memory, poll=Poll(fingerprint, interval))
+
+
+def _retire(
+    dangling: tuple[Obj, ...], now: datetime.datetime, spec: Any, why: str
+) -> tuple[tuple[ClusterOp, ...], tuple[float, ...]]:
+    """What happens to clusters no role claims (KubeRay v1.7.0's
+    ``cleanUpRayClusterInstance``): one without a ``delete-after`` gets one,
+    ``rayClusterDeletionDelaySeconds`` from now (deleted at once when that is 0); one
+    whose ``delete-after`` passed is deleted; the others are waited for. Returns the
+    writes and the seconds until the next one is due."""
+    delay = spec.ray_cluster_deletion_delay_seconds if spec is not None else 60
+    ops: list[ClusterOp] = []
+    wake: list[float] = []
+    for cluster in dangling:
+        if cluster["metadata"].get("deletionTimestamp"):
+            continue
+        after = _delete_after(cluster, now)
+        if after is None and delay > 0:
+            stamp = clock.rfc3339(now + datetime.timedelta(seconds=delay))
+            ops.append(Annotate(cluster, {clusters.DELETE_AFTER_ANNOTATION: stamp}))
+            wake.append(float(delay))
+        elif after is None or after <= now:
+            ops.append(Delete(cluster, why))
+        else:
+            wake.append((after - now).total_seconds())
+    return tuple(ops), tuple(wake)
+
+
+def _condition_true(service: Mapping[str, Any], type_: str) -> bool:
+    found = status_.condition(service.get("status"), type_)
+    return found is not None and found.get("status") == "True"
 
 
 def _delete_after_set(cluster: Mapping[str, Any]) -> bool:

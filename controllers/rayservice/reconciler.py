@@ -8,7 +8,8 @@ cache (never from the API server) or from the Ray dashboard:
   traffic is the truth about what serves;
 - the **pending** cluster is the owned cluster whose
   ``ray.io/hash-without-replicas-and-workers-to-delete`` annotation equals the hash
-  of ``spec.rayClusterConfig`` (autoscaler-owned fields ignored), when that is not
+  of ``spec.rayClusterConfig`` (the autoscaler's and Kueue's fields, ``suspend`` and
+  ``upgradeStrategy`` ignored: :func:`controllers.rayservice.clusters.spec_hash`), when that is not
   the active one. A new one is named after the hash
   (:func:`controllers.rayservice.clusters.cluster_name`), so a crash between
   creating it and writing the status finds it again instead of making a second;
@@ -18,7 +19,8 @@ cache (never from the API server) or from the Ray dashboard:
   annotation never submits the same config twice;
 - when an old cluster goes is its ``ray.io/delete-after`` annotation, written on it
   **before** traffic leaves it; a cluster that no role claims and that has no such
-  annotation never served traffic and is deleted at once.
+  annotation gets one, ``rayClusterDeletionDelaySeconds`` away (KubeRay v1.7.0 keeps
+  these deadlines in memory).
 
 **One pass** (:meth:`Reconciler.reconcile`) is *observe -> plan -> act*: after the
 lifecycle (below), :func:`controllers.rayservice.observe.observe` reads everything
@@ -34,22 +36,32 @@ fixed, crash-safe order. What the pass decides:
    be reconciled gets ``Ready=False``/``ValidationFailed`` with the reasons, one
    Warning Event, and a :class:`~runtime.reconcile.TerminalError` - no retry until
    it changes;
-3. ``spec.suspend``: every cluster is deleted (``Suspending`` until they are gone,
-   then ``Suspended``); resuming starts over. An ``ray.io/initializing-timeout``
-   that passed before the service was ever ready: its clusters are deleted and
-   ``Ready=False``/``InitializingTimeout`` stays until the spec changes;
+3. ``spec.suspend`` (KubeRay v1.7.0's): the first pass commits ``Suspending``
+   (status only), the next ones delete every cluster and the head and serve Services
+   (``Suspending`` until they are gone, then ``Suspended``), even if ``spec.suspend``
+   turns false meanwhile; resuming re-arms ``Initializing`` and starts over. An
+   ``ray.io/initializing-timeout`` that passed before the service was ever ready is
+   terminal, as in KubeRay v1.7.0:
+   ``Ready=False``/``InitializingTimeout`` stays whatever the spec becomes (delete and
+   recreate the RayService, or suspend and resume it), and its clusters are deleted
+   after the deletion delay;
 4. clusters: the active one keeps serving when its hash matches, when worker groups
-   were only appended (it is updated in place) or with ``upgradeStrategy.type:
-   None``; otherwise the pending cluster is found (or updated in place, or created).
-   Clusters no role claims are deleted (at once, or when their ``delete-after`` is
-   due; a dropped pending cluster while the active one matches again is a
-   rollback: ``RollbackInProgress``);
+   were only appended (it is updated in place), with ``upgradeStrategy.type: None``,
+   or with no type when the operator runs with ``ENABLE_ZERO_DOWNTIME=false``
+   (:attr:`Options.zero_downtime`); otherwise the pending cluster is found (or updated
+   in place, or created).
+   Clusters no role claims are deleted when their ``delete-after`` is due (stamped
+   ``rayClusterDeletionDelaySeconds`` ahead when they have none); a dropped pending
+   cluster while the active one matches again is a rollback: ``RollbackInProgress``
+   until it is gone);
 5. Serve, on the target (the pending cluster, else the active one), once its head
    pod is Running and Ready: read the applications; submit the config when the
    cluster's ``serve-config-hash`` differs or the dashboard has no applications (a
    restarted head); the head pod's ``ray.io/serve`` label follows its Serve proxy
    (Serve's own proxy report in the same answer, ``/-/healthz`` when that says
-   nothing or disagrees with the label), written only on change;
+   nothing or disagrees with the label), written only on change; during an upgrade
+   the active cluster's head label follows its proxy too (one ``/-/healthz`` per
+   poll), as KubeRay v1.7.0 checks both heads;
 6. traffic: when the target's applications are all ``RUNNING``, the services are
    created or pointed at it (a Service is rewritten only when the cluster it
    selects changes; an object of our name that we do not control is never
@@ -124,6 +136,16 @@ class Options:
     time (20 % by default) and other RayServices' reconciles do not queue behind it.
     Default 4; a dashboard answering in milliseconds is polled as usual."""
 
+    zero_downtime: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("ENABLE_ZERO_DOWNTIME", "").lower() != "false"
+    )
+    """Roll a changed ``rayClusterConfig`` out on a new cluster when the RayService's
+    ``upgradeStrategy.type`` is unset (a set type always decides: KubeRay v1.7.0's
+    precedence, :func:`controllers.rayservice.plan.new_cluster_upgrades`); off, such a
+    change is not applied, as with ``upgradeStrategy.type: None``. Default: on unless
+    ``$ENABLE_ZERO_DOWNTIME`` is ``false`` (any case; KubeRay's variable), read when the
+    options are made."""
+
     def __post_init__(self) -> None:
         if not 0 < self.serve_poll_interval <= self.serve_poll_max:
             raise ValueError(
@@ -192,6 +214,7 @@ class Reconciler:
             address_mode=self.options.address_mode,
             cluster_domain=self.options.cluster_domain,
             now=now,
+            zero_downtime=self.options.zero_downtime,
         )
         decided = plan_.plan(
             snapshot,
@@ -201,6 +224,7 @@ class Reconciler:
                 serve_poll_interval=self.options.serve_poll_interval,
                 serve_poll_max=self.options.serve_poll_max,
                 slow_dashboard_factor=self.options.slow_dashboard_factor,
+                zero_downtime=self.options.zero_downtime,
             ),
         )
         if decided.memory == plan_.Memory():

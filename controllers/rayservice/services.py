@@ -247,16 +247,26 @@ def retargeted(current: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj | 
 
 
 def ready_endpoints(slices: Iterable[Mapping[str, Any]]) -> int:
-    """How many endpoints of ``slices`` are ready (a missing ``ready`` counts as ready,
-    as the EndpointSlice API says).
+    """How many distinct pods ``slices`` list as ready, as KubeRay v1.7.0 counts
+    ``numServeEndpoints``: an endpoint counts when its ``ready`` condition is
+    explicitly ``true`` (absent or ``null`` is not ready here) and it names a pod
+    (``targetRef.uid``); a pod listed twice (dual-stack: one slice per IP family)
+    counts once.
 
-    >>> ready_endpoints([{"endpoints": [{"conditions": {"ready": True}}, {"conditions": {}},
-    ...                                 {"conditions": {"ready": False}}]}])
-    2
+    >>> ready_endpoints([
+    ...     {"endpoints": [{"conditions": {"ready": True}, "targetRef": {"uid": "a"}},
+    ...                    {"conditions": {}, "targetRef": {"uid": "b"}},
+    ...                    {"conditions": {"ready": False}, "targetRef": {"uid": "c"}},
+    ...                    {"conditions": {"ready": True}}]},
+    ...     {"endpoints": [{"conditions": {"ready": True}, "targetRef": {"uid": "a"}}]}])
+    1
     """
-    count = 0
+    pods: set[str] = set()
     for piece in slices:
         for endpoint in piece.get("endpoints") or ():
-            if (endpoint.get("conditions") or {}).get("ready") is not False:
-                count += 1
-    return count
+            if (endpoint.get("conditions") or {}).get("ready") is not True:
+                continue
+            uid = (endpoint.get("targetRef") or {}).get("uid")
+            if uid:
+                pods.add(str(uid))
+    return len(pods)

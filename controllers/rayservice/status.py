@@ -15,15 +15,17 @@ when it means something new, so the rules here decide what a write is:
   Applications not read in this pass (the cluster is not the one being polled)
   keep what the previous status said about the same cluster; a cluster that left
   its role leaves its applications with it;
-- ``numServeEndpoints``: ready endpoints of the serve service;
+- ``numServeEndpoints``: the distinct pods ready behind the serve service
+  (:func:`controllers.rayservice.services.ready_endpoints`, KubeRay v1.7.0's count);
 - condition ``Ready`` (KubeRay's rules): ``True``/``NonZeroServeEndpoints`` while
   the serve service has a ready endpoint; ``False``/``ZeroServeEndpoints`` when
   that drops to zero after having been ready (and while it stays zero: such a
   service does not go back to ``Initializing``, KubeRay's rule); otherwise ``False``/
   ``Initializing`` (first seen), which turns into ``False``/``InitializingTimeout``
   once the ``ray.io/initializing-timeout`` has passed since the condition's
-  ``lastTransitionTime`` (then clusters are removed and nothing is retried until the
-  spec changes: a new ``generation`` starts ``Initializing`` afresh);
+  ``lastTransitionTime``. That is terminal (KubeRay v1.7.0): the clusters are removed
+  and the status is not computed again, whatever the spec becomes, until a suspend
+  and resume re-arms ``Initializing`` (:mod:`controllers.rayservice.plan`);
   ``False`` with a :class:`Problem`'s reason (``ValidationFailed``, ``ServiceNotOwned``)
   for a spec that cannot be reconciled: then everything else the status said about
   the clusters is kept as it was (the pass never looked at them), as KubeRay sets
@@ -35,9 +37,19 @@ when it means something new, so the rules here decide what a write is:
   cluster went away after the service had one;
 - condition ``RollbackInProgress`` (KubeRay v1.7): ``True``/``RollbackInProgress``
   while a pending cluster is dropped because the spec went back to the active
-  cluster's; once it has been seen, ``False``/``RollbackComplete`` afterwards;
-- conditions ``Suspending`` / ``Suspended`` (KubeRay v1.7) while ``spec.suspend``
-  takes effect / has taken effect; dropped (``False``) on resume;
+  cluster's; ``False``/``RollbackComplete`` when that ends (a ``False`` one is kept);
+- conditions ``Suspending`` / ``Suspended`` (KubeRay v1.7.0's ``handleSuspend``),
+  by :attr:`Observed.suspend`: ``requested`` (the first pass to see ``spec.suspend``;
+  the commit point: from then on the suspend runs to completion whatever the spec
+  says) sets ``Suspending=True``/``SuspendRequested`` and ``Ready``,
+  ``UpgradeInProgress`` and ``RollbackInProgress`` ``False``/``SuspendInProgress``,
+  and drops the cluster statuses and the endpoint count; ``deleting`` sets
+  ``Suspending``'s reason to ``SuspendInProgress``; ``suspended`` sets
+  ``Suspending=False`` and ``Suspended=True``, and ``Ready``, ``UpgradeInProgress``
+  and ``RollbackInProgress`` ``False``, all ``SuspendComplete``. On resume
+  (:func:`resumed`) ``Suspended`` turns ``False``/``RayServiceResumed`` and ``Ready``
+  and ``UpgradeInProgress`` start ``Initializing`` afresh (a new initializing
+  timeout). Nothing else changes these two conditions;
 - ``serviceStatus``: ``Running`` iff ``Ready`` is ``True``, else empty (deprecated).
 
 ``lastUpdateTime`` is stamped by the writer on real writes only. A condition's
@@ -76,6 +88,7 @@ __all__ = [
     "compute",
     "condition",
     "initializing_since",
+    "resumed",
 ]
 
 Obj = dict[str, Any]
@@ -85,6 +98,10 @@ UPGRADE_IN_PROGRESS = rayservice_.ConditionType.UPGRADE_IN_PROGRESS.value
 ROLLBACK_IN_PROGRESS = "RollbackInProgress"
 SUSPENDING = "Suspending"
 SUSPENDED = "Suspended"
+SUSPEND_REQUESTED = "SuspendRequested"
+SUSPEND_IN_PROGRESS = "SuspendInProgress"
+SUSPEND_COMPLETE = "SuspendComplete"
+RESUMED = "RayServiceResumed"
 _REASONS = rayservice_.ConditionReason
 
 VOLATILE = frozenset({*rayservice_.RayServiceStatus.VOLATILE_FIELDS, "rayClusterStatus"})
@@ -121,11 +138,12 @@ class Observed:
     pending: ClusterReport | None = None
     """The cluster being prepared (the first one, or an upgrade's). Default none."""
     num_serve_endpoints: int = 0
-    """Ready endpoints of ``<svc>-serve-svc``. Default 0."""
+    """Distinct ready pods behind ``<svc>-serve-svc``. Default 0."""
     rolling_back: bool = False
     """A pending cluster is being dropped because the spec returned to the active one's."""
-    suspend: Literal["suspending", "suspended"] | None = None
-    """Where ``spec.suspend`` stands. Default: not suspended."""
+    suspend: Literal["requested", "deleting", "suspended"] | None = None
+    """Where a suspend stands (see the module docstring); the rest is then ignored.
+    Default: not suspending."""
     problem: Problem | None = None
     """A spec that cannot be reconciled (reason ``ValidationFailed``). Default none."""
     timed_out: str | None = None
@@ -248,6 +266,15 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         }
 
     new: Obj = {"observedGeneration": generation}
+    if observed.suspend is not None:
+        for type_, cond in previous.items():
+            if type_ is not None:
+                conditions[type_] = dict(cond)
+        _suspending(observed.suspend, set_)
+        new["numServeEndpoints"] = 0
+        new["conditions"] = [conditions[t] for t in _ORDER if t in conditions]
+        new["serviceStatus"] = ""
+        return new
     if observed.problem is not None and observed.active is None and observed.pending is None:
         # A problem stops the pass before the clusters are looked at: what the status said
         # about them still holds (only Ready reports the problem, as KubeRay's does).
@@ -259,8 +286,7 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         for type_, cond in previous.items():
             if type_ != READY and type_ is not None:
                 conditions[type_] = dict(cond)
-        order = [READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED]
-        new["conditions"] = [conditions[t] for t in order if t in conditions]
+        new["conditions"] = [conditions[t] for t in _ORDER if t in conditions]
         new["serviceStatus"] = ""
         return new
     active = _cluster_status(observed.active, old.get("activeServiceStatus"))
@@ -290,10 +316,10 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         set_(READY, "False", _REASONS.INITIALIZING_TIMEOUT, observed.timed_out)
     elif (
         old_ready is not None
+        and old_ready.get("status") == "False"
         and old_ready.get("reason") == _REASONS.INITIALIZING_TIMEOUT
-        and int(old_ready.get("observedGeneration") or 0) == generation
     ):
-        conditions[READY] = dict(old_ready)  # stays timed out until the spec changes
+        conditions[READY] = dict(old_ready)  # terminal
     elif (
         old_ready is not None
         and old_ready.get("reason") == _REASONS.INITIALIZING
@@ -326,24 +352,74 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         set_(UPGRADE_IN_PROGRESS, "Unknown", _REASONS.NO_ACTIVE_CLUSTER,
              "No active Ray cluster exists, and the RayService is not initializing")  # fmt: skip
 
-    # RollbackInProgress, Suspending, Suspended: present once they have happened
+    # RollbackInProgress: present once it has happened. Suspending, Suspended: as they were.
+    old_rollback = previous.get(ROLLBACK_IN_PROGRESS)
     if observed.rolling_back:
         set_(ROLLBACK_IN_PROGRESS, "True", ROLLBACK_IN_PROGRESS,
              "The spec returned to the active cluster's; dropping the pending cluster")  # fmt: skip
-    elif ROLLBACK_IN_PROGRESS in previous:
+    elif old_rollback is not None and old_rollback.get("status") == "True":
         set_(ROLLBACK_IN_PROGRESS, "False", "RollbackComplete", "No rollback in progress")
-    for type_ in (SUSPENDING, SUSPENDED):
-        if observed.suspend == type_.lower():
-            message = ("Deleting the RayService's clusters" if type_ == SUSPENDING
-                       else "The RayService's clusters are deleted")  # fmt: skip
-            set_(type_, "True", type_, message)
-        elif type_ in previous:
-            set_(type_, "False", "Resumed" if not observed.suspend else type_, "")
-            if observed.suspend and type_ == SUSPENDING:
-                conditions[type_]["reason"] = "SuspendComplete"
+    for type_ in (ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED):
+        if type_ not in conditions and type_ in previous:
+            conditions[type_] = dict(previous[type_])
 
-    order = [READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED]
-    new["conditions"] = [conditions[t] for t in order if t in conditions]
+    new["conditions"] = [conditions[t] for t in _ORDER if t in conditions]
     ready = conditions.get(READY)
     new["serviceStatus"] = "Running" if ready is not None and ready["status"] == "True" else ""
     return new
+
+
+_ORDER = (READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED)
+"""The order of the conditions in a status."""
+
+
+def _suspending(phase: str, set_: Any) -> None:
+    """The conditions of a suspend at ``phase`` (module docstring), through ``set_``."""
+    if phase == "requested":
+        set_(SUSPENDING, "True", SUSPEND_REQUESTED,
+             "Spec.Suspend is true; will delete all Kubernetes resources owned by this "
+             "RayService.")  # fmt: skip
+        set_(READY, "False", SUSPEND_IN_PROGRESS, "RayService is suspending.")
+        set_(UPGRADE_IN_PROGRESS, "False", SUSPEND_IN_PROGRESS, "No upgrade in progress.")
+        set_(ROLLBACK_IN_PROGRESS, "False", SUSPEND_IN_PROGRESS, "No rollback in progress.")
+    elif phase == "deleting":
+        waiting = "Waiting for all Kubernetes resources owned by this RayService to be deleted."
+        set_(SUSPENDING, "True", SUSPEND_IN_PROGRESS, waiting)
+    else:
+        done = "All owned resources have been deleted."
+        set_(SUSPENDING, "False", SUSPEND_COMPLETE, done)
+        set_(SUSPENDED, "True", SUSPEND_COMPLETE, done)
+        set_(READY, "False", SUSPEND_COMPLETE, "RayService is suspended.")
+        set_(UPGRADE_IN_PROGRESS, "False", SUSPEND_COMPLETE, "No upgrade in progress.")
+        set_(ROLLBACK_IN_PROGRESS, "False", SUSPEND_COMPLETE, "No rollback in progress.")
+
+
+def resumed(service: Mapping[str, Any], *, now: str) -> Obj:
+    """The status a suspended RayService resumes from (``spec.suspend`` turned false):
+    ``Suspended=False``/``RayServiceResumed``, ``Ready`` and ``UpgradeInProgress``
+    ``False``/``Initializing`` since ``now`` (KubeRay v1.7.0's ``handleSuspend``).
+
+    >>> svc = {"metadata": {"generation": 3}, "status": {"conditions": [
+    ...     {"type": "Ready", "status": "False", "reason": "SuspendComplete"},
+    ...     {"type": "Suspended", "status": "True", "reason": "SuspendComplete"}]}}
+    >>> [c["reason"] for c in resumed(svc, now="t")["conditions"]]
+    ['Initializing', 'Initializing', 'RayServiceResumed']
+    """
+    old: Mapping[str, Any] = service.get("status") or {}
+    generation = int((service.get("metadata") or {}).get("generation") or 0)
+    conditions = {c.get("type"): dict(c) for c in old.get("conditions") or ()}
+    again = "RayService is initializing after resuming from suspend."
+    for type_, status, reason, message in (
+        (SUSPENDED, "False", RESUMED, "Spec.Suspend is false; RayService has resumed."),
+        (READY, "False", _REASONS.INITIALIZING, again),
+        (UPGRADE_IN_PROGRESS, "False", _REASONS.INITIALIZING, again),
+    ):
+        conditions[type_] = {
+            "type": type_, "status": status, "reason": str(reason), "message": message,
+            "lastTransitionTime": now, "observedGeneration": generation,
+        }  # fmt: skip
+    return {
+        **old,
+        "observedGeneration": generation,
+        "conditions": [conditions[t] for t in _ORDER if t in conditions],
+    }

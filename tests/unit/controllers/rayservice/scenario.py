@@ -130,20 +130,31 @@ class Env:
         await self.synced()
         return updated
 
-    async def publish_endpoints(self, ready: int) -> None:
-        """kube-controller-manager's EndpointSlice for the serve service."""
+    async def publish_endpoints(
+        self, ready: int, *, family: str = "IPv4", endpoints: list[dict[str, Any]] | None = None
+    ) -> None:
+        """kube-controller-manager's EndpointSlice of ``family`` for the serve service:
+        ``ready`` ready pods (``pod-<i>``), or exactly ``endpoints``."""
+        if endpoints is None:
+            endpoints = [
+                {"addresses": [f"198.18.9.{i}" if family == "IPv4" else f"fd00::{i}"],
+                 "conditions": {"ready": True},
+                 "targetRef": {"kind": "Pod", "namespace": "ns", "name": f"pod-{i}",
+                               "uid": f"uid-pod-{i}"}}
+                for i in range(ready)
+            ]  # fmt: skip
+        name = f"demo-serve-svc-{family.lower()}"
         body = {
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": "demo-serve-svc-abcde", "namespace": "ns", "labels": {
+            "metadata": {"name": name, "namespace": "ns", "labels": {
                 "kubernetes.io/service-name": "demo-serve-svc",
                 clusters.ORIGINATED_FROM_CRD_LABEL: "RayService",
                 clusters.ORIGINATED_FROM_NAME_LABEL: "demo"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [f"198.18.9.{i}"], "conditions": {"ready": True}}
-                          for i in range(ready)],
+            "addressType": family,
+            "endpoints": endpoints,
         }  # fmt: skip
         try:
-            current = await self.client.get(SLICES, "ns", "demo-serve-svc-abcde")
+            current = await self.client.get(SLICES, "ns", name)
         except errors.NotFound:
             await self.client.create(body)
         else:

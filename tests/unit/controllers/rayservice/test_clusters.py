@@ -191,6 +191,39 @@ def test_hash_does_not_modify_its_argument() -> None:
     assert frozen(original) == before
 
 
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+KUEUE_GATE = {"name": "kueue.x-k8s.io/admission"}
+
+
+@pytest.mark.parametrize("where", ["head", "worker"], ids=["head template", "worker template"])
+def test_hash_ignores_tolerations_and_scheduling_gates(where: str) -> None:
+    """KubeRay v1.7.0 GenerateHashWithoutReplicasAndWorkersToDelete: Kueue may set them."""
+    changed = config()
+    target = changed["headGroupSpec"] if where == "head" else changed["workerGroupSpecs"][0]
+    target["template"]["spec"]["tolerations"] = [GPU_TOLERATION]
+    target["template"]["spec"]["schedulingGates"] = [KUEUE_GATE]
+    assert clusters.spec_hash(changed) == clusters.spec_hash(config())
+    # Anything else in the pod template still counts.
+    target["template"]["spec"]["nodeSelector"] = {"pool": "gpu"}
+    assert clusters.spec_hash(changed) != clusters.spec_hash(config())
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("suspend", True), ("suspend", False), ("upgradeStrategy", {"type": "None"})],
+)
+def test_hash_ignores_suspend_and_the_clusters_upgrade_strategy(field: str, value: Any) -> None:
+    """KubeRay v1.7.0 rayClusterSpecForHashing (suspend) and the hash (upgradeStrategy)."""
+    assert clusters.spec_hash({**config(), field: value}) == clusters.spec_hash(config())
+
+
+def test_hash_of_a_config_without_the_ignored_fields_is_unchanged() -> None:
+    """Clusters made before these fields were ignored keep their hash: no upgrade when the
+    operator is upgraded (the value is pinned: a change here is an upgrade storm)."""
+    assert clusters.spec_hash(config()) == "S71RRBCNBV5CNH7KCRFNG6OEMJ98QLTA"
+    assert clusters.spec_hash(config(), legacy=True) == clusters.spec_hash(config())
+
+
 def test_serve_config_hash() -> None:
     a = {"applications": [{"name": "a", "import_path": "m:a"}]}
     b = {"applications": [{"import_path": "m:a", "name": "a"}]}
@@ -417,6 +450,29 @@ def test_match_a_cluster_kuberay_created_by_its_spec() -> None:
     assert clusters.match(recorded, {**config(), "rayVersion": "2.47.0"}) is clusters.Match.NONE
 
 
+def test_match_a_cluster_made_before_tolerations_and_suspend_were_ignored() -> None:
+    """Its hash counted them: still EXACT (and APPENDED), even when its spec was changed
+    since (Kueue's nodeSelector), so an operator upgrade starts no upgrade."""
+    old_config = config(group("a"))
+    old_config["suspend"] = False
+    old_config["headGroupSpec"]["template"]["spec"]["tolerations"] = [GPU_TOLERATION]
+    cluster = built(old_config)
+    cluster["metadata"]["annotations"][clusters.HASH_ANNOTATION] = clusters.spec_hash(
+        old_config, legacy=True
+    )
+    cluster["spec"]["headGroupSpec"]["template"]["spec"]["nodeSelector"] = {"pool": "gpu"}
+    assert clusters.match(cluster, old_config) is clusters.Match.EXACT
+    appended = {**old_config, "workerGroupSpecs": [group("a"), group("b")]}
+    assert clusters.match(cluster, appended) is clusters.Match.APPENDED
+
+
+def test_match_exact_when_only_ignored_fields_changed() -> None:
+    cluster = built(config())
+    changed = {**config(), "suspend": True}
+    changed["workerGroupSpecs"][0]["template"]["spec"]["tolerations"] = [GPU_TOLERATION]
+    assert clusters.match(cluster, changed) is clusters.Match.EXACT
+
+
 def test_match_does_not_modify_its_arguments() -> None:
     cluster, cfg = built(config(group("a"))), config(group("a"), group("b"))
     before = frozen([cluster, cfg])
@@ -464,6 +520,20 @@ def test_updated_in_place_does_not_invent_bookkeeping() -> None:
     annotations = updated["metadata"]["annotations"]
     assert clusters.SERVE_CONFIG_ANNOTATION not in annotations
     assert clusters.DELETE_AFTER_ANNOTATION not in annotations
+
+
+def test_updated_in_place_keeps_the_clusters_suspend() -> None:
+    """KubeRay v1.7.0 modifyRayCluster: suspend is copied at creation only, then it is
+    Kueue's; an in-place update neither sets nor clears it."""
+    cluster = built(config())
+    cluster["spec"]["suspend"] = True  # Kueue holds it
+    updated = clusters.updated_in_place(cluster, service(config(group(), group("b"))))
+    assert updated["spec"]["suspend"] is True
+    unsuspended = built(config())
+    updated = clusters.updated_in_place(
+        unsuspended, service({**config(group(), group("b")), "suspend": True})
+    )
+    assert "suspend" not in updated["spec"]
 
 
 def test_updated_in_place_copies_deeply() -> None:

@@ -137,7 +137,9 @@ def ops(decided: plan.Plan) -> list[tuple[str, str]]:
     """The cluster writes as ``(operation, cluster name)``."""
     out = []
     for op in decided.clusters:
-        target = op.cluster if isinstance(op, plan.Keep | plan.Delete) else op.desired
+        target = (
+            op.cluster if isinstance(op, plan.Keep | plan.Delete | plan.Annotate) else op.desired
+        )
         out.append((type(op).__name__, target["metadata"]["name"]))
     return out
 
@@ -201,7 +203,7 @@ CASES = {
         [("Create", B_NAME)],
         lambda p: p.points == (),
     ),
-    "replace pending: the spec moved on, the old pending cluster goes": Case(
+    "replace pending: the spec moved on, the old pending cluster goes after the delay": Case(
         lambda: snapshot(
             service(rayClusterConfig=config("2.62.0")),
             [A, B],
@@ -209,30 +211,110 @@ CASES = {
             names={A_NAME: "x", B_NAME: "y"},
             endpoints=1,
         ),
-        [("Create", cluster(SVC, config("2.62.0"))["metadata"]["name"]), ("Delete", B_NAME)],
+        [("Create", cluster(SVC, config("2.62.0"))["metadata"]["name"]), ("Annotate", B_NAME)],
+        lambda p: (
+            _stamped(p, B_NAME) == "2026-01-01T00:00:30Z"  # rayClusterDeletionDelaySeconds
+            and 30.0 in p.wake
+        ),
+    ),
+    "dangling: a cluster no role claims gets a delete-after (KubeRay's delay)": Case(
+        lambda: snapshot(SVC, [A, B], active=A, serve=view(A), endpoints=1),
+        [("Annotate", B_NAME)],
+        lambda p: _stamped(p, B_NAME) == "2026-01-01T00:00:30Z" and 30.0 in p.wake,
+    ),
+    "dangling: with no deletion delay, deleted at once": Case(
+        lambda: snapshot(
+            service(rayClusterDeletionDelaySeconds=0), [A, B], active=A, serve=view(A), endpoints=1
+        ),
+        [("Delete", B_NAME)],
     ),
     "rollback: the spec returned to the active one's": Case(
         lambda: snapshot(SVC, [A, B], active=A, serve=view(A), endpoints=1),
-        [("Delete", B_NAME)],
-        lambda p: any(
-            c["type"] == "RollbackInProgress" and c["status"] == "True"
-            for c in p.status["conditions"]
-        ),  # type: ignore[index]
+        [("Annotate", B_NAME)],
+        lambda p: _condition(p, "RollbackInProgress")["status"] == "True",
     ),
-    "suspend: every live cluster deleted, Suspending": Case(
-        lambda: snapshot(service(suspend=True), [A, cluster(SVC_NEW, NEW, deleting=True)]),
-        [("Delete", A_NAME)],
-        lambda p: any(c["type"] == "Suspending" for c in p.status["conditions"]),  # type: ignore[index]
-    ),
-    "timeout: passed before ready, clusters deleted, a Warning": Case(
+    "rollback: in progress until the dropped cluster is gone": Case(
         lambda: snapshot(
-            _initializing(service(), since="2025-12-31T23:00:00Z", timeout="30m"), [A]
+            _with_condition(SVC, "RollbackInProgress", "True"),
+            [
+                A,
+                cluster(
+                    SVC_NEW,
+                    NEW,
+                    annotations={clusters.DELETE_AFTER_ANNOTATION: "2026-01-01T00:00:20Z"},
+                ),
+            ],
+            active=A,
+            serve=view(A),
+            endpoints=1,
+        ),
+        [],
+        lambda p: _condition(p, "RollbackInProgress")["status"] == "True" and 20.0 in p.wake,
+    ),
+    "suspend requested: only the status commits it, nothing deleted yet": Case(
+        lambda: snapshot(service(suspend=True), [A], active=A, endpoints=1),
+        [],
+        lambda p: (
+            _condition(p, "Suspending")["reason"] == "SuspendRequested"
+            and p.delete_services == ()
+            and SETTINGS.serve_poll_interval in p.wake
+        ),
+    ),
+    "suspending: clusters and Services deleted, even with suspend turned false": Case(
+        lambda: snapshot(
+            _with_condition(SVC, "Suspending", "True", "SuspendRequested"),
+            [A, cluster(SVC_NEW, NEW, deleting=True)],
+            active=A,
+            endpoints=1,
         ),
         [("Delete", A_NAME)],
         lambda p: (
+            [d.svc["metadata"]["name"] for d in p.delete_services]
+            == ["demo-head-svc", "demo-serve-svc"]
+            and _condition(p, "Suspending")["reason"] == "SuspendInProgress"
+        ),
+    ),
+    "suspending: nothing left, Suspended": Case(
+        lambda: snapshot(_with_condition(service(suspend=True), "Suspending", "True")),
+        [],
+        lambda p: _condition(p, "Suspended")["reason"] == "SuspendComplete",
+    ),
+    "suspended: nothing to do, nothing written": Case(
+        lambda: snapshot(_with_condition(service(suspend=True), "Suspended", "True")),
+        [],
+        lambda p: p.status is None and p.requeue_after(0.0) is None,
+    ),
+    "resumed: Initializing afresh and a new cluster in the same pass": Case(
+        lambda: snapshot(_with_condition(SVC, "Suspended", "True", "SuspendComplete"), names={}),
+        [("Create", A_NAME)],
+        lambda p: (
+            _condition(p, "Suspended")["reason"] == "RayServiceResumed"
+            and ready(p)["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+        ),
+    ),
+    "timeout: passed before ready, a Warning, clusters deleted after the delay": Case(
+        lambda: snapshot(
+            _initializing(service(), since="2025-12-31T23:00:00Z", timeout="30m"), [A]
+        ),
+        [("Annotate", A_NAME)],
+        lambda p: (
             p.events[0].reason == "RayServiceInitializingTimeout"
             and ready(p)["reason"] == "InitializingTimeout"
+            and 30.0 in p.wake
         ),
+    ),
+    "timeout: terminal, a new spec changes nothing, no status write": Case(
+        lambda: snapshot(
+            _generation(_with_condition(SVC_NEW, "Ready", "False", "InitializingTimeout"), 2),
+            [
+                cluster(
+                    SVC, OLD, annotations={clusters.DELETE_AFTER_ANNOTATION: "2025-12-31T23:59:59Z"}
+                )
+            ],
+            names={},
+        ),
+        [("Delete", A_NAME)],
+        lambda p: p.status is None and p.events == () and p.requeue_after(0.0) is None,
     ),
     "delete when due: an old cluster's delete-after passed": Case(
         lambda: snapshot(
@@ -308,6 +390,22 @@ CASES = {
         [],
         lambda p: p.relabel is not None and p.relabel.value == "false",
     ),
+    "relabel: the serving head's proxy died during an upgrade": Case(
+        lambda: dataclasses.replace(
+            snapshot(SVC_NEW, [A, B], active=A, endpoints=1),
+            serving_head=plan.ProxyView(cluster=A_NAME, head=head_pod(A), healthy=False),
+        ),
+        [],
+        lambda p: p.relabel_serving is not None and p.relabel_serving.value == "false",
+    ),
+    "relabel: the serving head's label already follows its proxy": Case(
+        lambda: dataclasses.replace(
+            snapshot(SVC_NEW, [A, B], active=A, endpoints=1),
+            serving_head=plan.ProxyView(cluster=A_NAME, head=head_pod(A), healthy=True),
+        ),
+        [],
+        lambda p: p.relabel_serving is None,
+    ),
     "wait: the new cluster's name is held by one of ours being deleted": Case(
         lambda: snapshot(
             SVC_NEW,
@@ -320,6 +418,31 @@ CASES = {
         lambda p: SETTINGS.serve_poll_interval in p.wake,
     ),
 }
+
+
+def _stamped(decided: plan.Plan, name: str) -> str | None:
+    """The ``delete-after`` the plan writes on cluster ``name``."""
+    for op in decided.clusters:
+        if isinstance(op, plan.Annotate) and op.cluster["metadata"]["name"] == name:
+            return op.annotations.get(clusters.DELETE_AFTER_ANNOTATION)
+    return None
+
+
+def _condition(decided: plan.Plan, type_: str) -> dict[str, Any]:
+    assert decided.status is not None
+    return next(c for c in decided.status["conditions"] if c["type"] == type_)
+
+
+def _with_condition(
+    svc: dict[str, Any], type_: str, status: str, reason: str | None = None
+) -> dict[str, Any]:
+    condition = {"type": type_, "status": status, "reason": reason or type_, "message": "",
+                 "lastTransitionTime": "2025-12-31T00:00:00Z", "observedGeneration": 1}  # fmt: skip
+    return {**svc, "status": {"conditions": [condition]}}
+
+
+def _generation(svc: dict[str, Any], generation: int) -> dict[str, Any]:
+    return {**svc, "metadata": {**svc["metadata"], "generation": generation}}
 
 
 def _initializing(svc: dict[str, Any], *, since: str, timeout: str) -> dict[str, Any]:

@@ -184,10 +184,25 @@ async def test_spec_reverted_mid_upgrade_drops_the_pending_cluster(env: Env) -> 
     await env.client.update(svc)
     await env.synced()
     await env.reconcile()
-    assert await env.live_clusters() == [old]  # never served: deleted at once
+    # Dangling: deleted after rayClusterDeletionDelaySeconds (30 s here), as KubeRay v1.7.0.
+    (dropped,) = [n for n in await env.live_clusters() if n != old]
+    cluster = await env.client.get(v1.RAYCLUSTERS, "ns", dropped)
+    assert cluster["metadata"]["annotations"][clusters.DELETE_AFTER_ANNOTATION] == (
+        "2026-01-01T00:00:30Z"
+    )
     svc = await env.service()
     assert scenario.condition(svc, "RollbackInProgress")["status"] == "True"
     assert "pendingServiceStatus" not in svc["status"]
+    await env.reconcile()  # its annotation's event: still rolling back, nothing written
+    assert scenario.condition(await env.service(), "RollbackInProgress")["status"] == "True"
+
+    env.now = scenario.T0 + datetime.timedelta(seconds=30)
+    await env.reconcile()
+    assert await env.live_clusters() == [old]
+    await env.reconcile()  # the fake deletes at once: gone
+    assert scenario.condition(await env.service(), "RollbackInProgress")["reason"] == (
+        "RollbackComplete"
+    )
 
 
 async def test_appended_worker_group_updates_the_active_cluster_in_place(env: Env) -> None:
@@ -327,29 +342,48 @@ async def test_the_pass_that_submits_asks_the_proxy_after_the_put(env: Env) -> N
 
 
 async def test_suspend_deletes_clusters_and_resume_recreates(env: Env) -> None:
+    """KubeRay v1.7.0's handleSuspend: commit (status only), delete the clusters and the
+    RayService's Services, Suspended; resume re-arms Initializing and starts again."""
     await env.converge_first_cluster()
     svc = await env.service()
     svc["spec"]["suspend"] = True
     await env.client.update(svc)
     await env.synced()
+    assert (await env.reconcile()).requeue_after == 2.0
+    assert len(await env.live_clusters()) == 1  # committed first, deleted next pass
+    svc = await env.service()
+    assert scenario.condition(svc, "Suspending")["reason"] == "SuspendRequested"
+    assert scenario.condition(svc, "Ready")["reason"] == "SuspendInProgress"
+    assert "activeServiceStatus" not in svc["status"]
     await env.reconcile()
     assert await env.live_clusters() == []
+    for name in ("demo-head-svc", "demo-serve-svc"):
+        with pytest.raises(errors.NotFound):
+            await env.client.get(scenario.SERVICES, "ns", name)
     svc = await env.service()
-    assert (
-        scenario.condition(svc, "Suspending")["status"] == "True"
-    )  # the clusters were still there
+    assert scenario.condition(svc, "Suspending")["reason"] == "SuspendInProgress"
+    await env.publish_endpoints(0)  # kube-controller-manager: the Service is gone
     await env.reconcile()  # their deletion events
     svc = await env.service()
     assert scenario.condition(svc, "Suspended")["status"] == "True"
     assert scenario.condition(svc, "Suspending")["status"] == "False"
+    assert scenario.condition(svc, "Ready")["reason"] == "SuspendComplete"
+    writes = env.writes()
+    assert (await env.reconcile()).requeue_after is None
+    assert env.writes() == writes  # suspended: nothing to do
     svc["spec"]["suspend"] = False
     await env.client.update(svc)
     await env.synced()
     await env.reconcile()
     assert len(await env.live_clusters()) == 1
+    svc = await env.service()
+    assert scenario.condition(svc, "Suspended")["reason"] == "RayServiceResumed"
+    assert scenario.condition(svc, "Ready")["reason"] == "Initializing"
 
 
 async def test_initializing_timeout_cleans_up_and_stops(env: Env) -> None:
+    """KubeRay v1.7.0 (``isInitializingTimeout``): terminal. The clusters are deleted
+    after the deletion delay (30 s here), and then nothing is retried, nor written."""
     body = scenario.rayservice()
     body["metadata"]["annotations"] = {"ray.io/initializing-timeout": "60s"}
     await env.client.create(body)
@@ -358,13 +392,18 @@ async def test_initializing_timeout_cleans_up_and_stops(env: Env) -> None:
     assert result.requeue_after == 60.0  # wakes up at the deadline
     assert len(await env.live_clusters()) == 1
     env.now = scenario.T0 + datetime.timedelta(seconds=61)
-    await env.reconcile()
-    assert await env.live_clusters() == []
+    assert (await env.reconcile()).requeue_after == 30.0
+    assert len(await env.live_clusters()) == 1
     svc = await env.service()
     assert scenario.condition(svc, "Ready")["reason"] == "InitializingTimeout"
+    status_writes = env.status_writes()
+    env.now += datetime.timedelta(seconds=30)
+    await env.reconcile()
+    assert await env.live_clusters() == []
     writes = env.writes()
     assert (await env.reconcile()).requeue_after is None
-    assert env.writes() == writes  # no retries until the spec changes
+    assert env.writes() == writes
+    assert env.status_writes() == status_writes  # the timeout was written once
 
 
 async def test_deletion_removes_clusters_then_the_finalizer(env: Env) -> None:

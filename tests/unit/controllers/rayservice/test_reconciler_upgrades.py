@@ -179,6 +179,8 @@ async def test_new_serve_config_is_not_put_on_the_old_cluster_while_the_pending_
     original = rayservice()["spec"]["rayClusterConfig"]
     await change_spec(env, rayClusterConfig=original)  # rollback: the pending is dropped
     await env.reconcile()
+    env.now += datetime.timedelta(seconds=30)  # rayClusterDeletionDelaySeconds
+    await env.reconcile()
     assert await env.live_clusters() == [old]
 
     new_serve = SERVE_CONFIG.replace("fruit:app", "fruit_v2:app")
@@ -305,22 +307,27 @@ async def test_a_refused_config_is_visible_in_the_status(env: Env) -> None:
 # -- upgrades that change course -------------------------------------------------------------
 
 
-async def test_a_pending_cluster_replaced_mid_upgrade_never_leaves_two(env: Env) -> None:
+async def test_a_pending_cluster_replaced_mid_upgrade_goes_after_the_deletion_delay(
+    env: Env,
+) -> None:
+    """One pending cluster at a time; the replaced one is dangling and deleted
+    ``rayClusterDeletionDelaySeconds`` later (KubeRay v1.7.0's cleanUpRayClusterInstance)."""
     old = await env.converge_first_cluster()
     await bump_version(env, "2.61.0")
     await env.reconcile()
     (first,) = [n for n in await env.live_clusters() if n != old]
     await bump_version(env, "2.62.0")
     await env.reconcile()
-    live = await env.live_clusters()
-    assert len(live) == 2
-    assert old in live
-    assert first not in live
-    (second,) = [n for n in live if n != old]
+    (second,) = [n for n in await env.live_clusters() if n not in (old, first)]
     svc = await env.service()
     assert svc["status"]["pendingServiceStatus"]["rayClusterName"] == second
+    replaced = await env.client.get(v1.RAYCLUSTERS, "ns", first)
+    assert clusters.DELETE_AFTER_ANNOTATION in replaced["metadata"]["annotations"]
     await env.reconcile()
-    assert await env.live_clusters() == live
+    assert len(await env.live_clusters()) == 3
+    env.now += datetime.timedelta(seconds=30)
+    await env.reconcile()
+    assert await env.live_clusters() == sorted([old, second])
 
 
 async def test_a_restarted_head_with_a_new_ip_is_served_again(env: Env) -> None:

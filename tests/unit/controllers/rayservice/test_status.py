@@ -117,7 +117,8 @@ def test_initializing_restarts_on_a_new_generation() -> None:
     assert status.initializing_since(service(s1, generation=2)) == T[7]
 
 
-def test_initializing_timeout_sticks_for_the_generation_and_clears_on_a_new_one() -> None:
+def test_initializing_timeout_sticks_even_for_a_new_generation() -> None:
+    """KubeRay v1.7.0's isInitializingTimeout: terminal, whatever the generation."""
     s0 = step(None, T[0], pending=pending())
     s1 = step(s0, T[10], timed_out="did not become ready within 10s")
     assert triple(s1, "Ready") == ("False", "InitializingTimeout", T[0])  # status unchanged
@@ -128,9 +129,8 @@ def test_initializing_timeout_sticks_for_the_generation_and_clears_on_a_new_one(
     assert status.initializing_since(service(s2)) is None  # no new timeout to count
 
     s3 = step(s2, T[30], generation=2, pending=pending())
-    assert triple(s3, "Ready") == ("False", "Initializing", T[30])
-    assert cond(s3, "Ready")["observedGeneration"] == 2
-    assert status.initializing_since(service(s3, generation=2)) == T[30]
+    assert triple(s3, "Ready") == ("False", "InitializingTimeout", T[0])
+    assert status.initializing_since(service(s3, generation=2)) is None
 
 
 def test_validation_failed_then_fixed() -> None:
@@ -203,26 +203,42 @@ def test_rollback_in_progress_then_complete() -> None:
 
 
 def test_suspend_then_resume() -> None:
+    """KubeRay v1.7.0's handleSuspend: requested, deleting, suspended, resumed."""
     s0 = step(None, T[0], active=active(), num_serve_endpoints=1)
     assert "Suspending" not in types(s0)
     assert "Suspended" not in types(s0)
 
-    s1 = step(s0, T[1], suspend="suspending")
-    assert triple(s1, "Suspending") == ("True", "Suspending", T[1])
+    s1 = step(s0, T[1], active=active(), num_serve_endpoints=1, suspend="requested")
+    assert triple(s1, "Suspending") == ("True", "SuspendRequested", T[1])
+    assert triple(s1, "Ready") == ("False", "SuspendInProgress", T[1])
+    assert triple(s1, "UpgradeInProgress") == ("False", "SuspendInProgress", T[0])
+    assert triple(s1, "RollbackInProgress") == ("False", "SuspendInProgress", T[1])
     assert "Suspended" not in types(s1)
     assert "activeServiceStatus" not in s1
+    assert (s1["numServeEndpoints"], s1["serviceStatus"]) == (0, "")
 
-    s2 = step(s1, T[2], suspend="suspended")
-    assert triple(s2, "Suspended") == ("True", "Suspended", T[2])
-    assert triple(s2, "Suspending") == ("False", "SuspendComplete", T[2])
+    s2 = step(s1, T[2], suspend="deleting")
+    assert triple(s2, "Suspending") == ("True", "SuspendInProgress", T[1])
+    assert cond(s2, "Ready") == cond(s1, "Ready")
 
     s3 = step(s2, T[3], suspend="suspended")
-    assert triple(s3, "Suspended") == ("True", "Suspended", T[2])
+    assert triple(s3, "Suspended") == ("True", "SuspendComplete", T[3])
+    assert triple(s3, "Suspending") == ("False", "SuspendComplete", T[3])
+    for type_ in ("Ready", "UpgradeInProgress", "RollbackInProgress"):
+        assert cond(s3, type_)["reason"] == "SuspendComplete"
+    assert types(s3) == [
+        "Ready", "UpgradeInProgress", "RollbackInProgress", "Suspending", "Suspended"
+    ]  # fmt: skip
 
-    s4 = step(s3, T[4], pending=pending())  # resumed
-    assert triple(s4, "Suspended") == ("False", "Resumed", T[4])
-    assert triple(s4, "Suspending") == ("False", "Resumed", T[2])
-    assert types(s4) == ["Ready", "UpgradeInProgress", "Suspending", "Suspended"]
+    back = status.resumed(service(s3), now=T[4])
+    assert triple(back, "Suspended") == ("False", "RayServiceResumed", T[4])
+    assert triple(back, "Ready") == ("False", "Initializing", T[4])
+    assert triple(back, "UpgradeInProgress") == ("False", "Initializing", T[4])
+    s4 = step(back, T[5], pending=pending())
+    assert triple(s4, "Ready") == ("False", "Initializing", T[4])  # the timeout counts anew
+    assert triple(s4, "Suspending") == ("False", "SuspendComplete", T[3])  # untouched
+    assert triple(s4, "Suspended") == ("False", "RayServiceResumed", T[4])
+    assert triple(s4, "RollbackInProgress") == ("False", "SuspendComplete", T[1])
 
 
 # -- lastTransitionTime, carried applications, volatile cluster status ---------------------
@@ -306,7 +322,7 @@ def test_compute_does_not_modify_its_input() -> None:
     s0 = step(None, T[0], active=active(applications=RUNNING_APPS), num_serve_endpoints=1)
     svc = service(s0)
     frozen = copy.deepcopy(svc)
-    status.compute(svc, status.Observed(active=active(), suspend="suspending"), now=T[5])
+    status.compute(svc, status.Observed(active=active(), suspend="requested"), now=T[5])
     assert svc == frozen
 
 
