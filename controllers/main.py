@@ -50,7 +50,9 @@ serves ``/metrics`` and ``/healthz``/``/readyz`` and runs until SIGTERM or SIGIN
 (a second signal exits at once). It exits 1 when it fails or loses its
 leader Lease (``--leader-elect``), which lives in the pod's own namespace
 (``$POD_NAMESPACE``, set by ``config/manager``, else the service account's)
-unless ``--leader-election-namespace`` names another. ``--namespace`` (repeatable,
+unless ``--leader-election-namespace`` names another. The Lease is KubeRay's,
+``ray-operator-leader`` (``--leader-election-id``): swapping the image of KubeRay's
+Deployment for ours rolls over without the two ever acting at once. ``--namespace`` (repeatable,
 or comma-separated) restricts the operator to those namespaces: it then needs
 only Roles there (``config/overlays/namespaced``), not the ClusterRole.
 
@@ -122,7 +124,10 @@ class Settings(BaseSettings):
         description="watch only these namespaces (repeatable, or comma-separated); default all",
     )
     leader_elect: bool = Field(True, description="run only while holding the leader Lease")
-    leader_election_id: str = Field("rayservice-operator-leader", description="Lease name")
+    leader_election_id: str = Field(
+        "ray-operator-leader",
+        description="Lease name (KubeRay's: one of the two operators acts at a time)",
+    )
     leader_election_namespace: str | None = Field(
         None,
         description="Lease namespace; default the pod's ($POD_NAMESPACE, else the service "

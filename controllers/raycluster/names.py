@@ -105,8 +105,11 @@ ENABLE_SERVE_SERVICE_ANNOTATION = "ray.io/enable-serve-service"
 
 APP_NAME = "kuberay"
 """The value of ``app.kubernetes.io/name`` on everything created (KubeRay's)."""
-CREATED_BY = "rayservice-operator"
-"""Our operator's name, for ``app.kubernetes.io/created-by`` (KubeRay: ``kuberay-operator``)."""
+CREATED_BY = "kuberay-operator"
+"""The ``app.kubernetes.io/created-by`` value of everything created: KubeRay's own. Head
+Services select on it (KubeRay's and ours), so pods we create for a cluster KubeRay made
+match the Services it made, and the other way round when KubeRay takes a cluster back;
+who wrote an object is in its ``managedFields`` (field manager ``rayservice-operator``)."""
 HEAD_GROUP = "headgroup"
 """The ``ray.io/group`` value of the head pod."""
 MANAGED_BY = "ray.io/kuberay-operator"

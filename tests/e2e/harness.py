@@ -54,7 +54,7 @@ __all__ = ["Failure", "Manager", "Traffic", "World", "until"]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SYSTEM_NAMESPACE = "rayservice-operator-system"
 SERVICE_ACCOUNT = "rayservice-operator-manager"
-LEASE = "rayservice-operator-leader"
+LEASE = "ray-operator-leader"
 UNIMPORTABLE = "broken_module"
 """A module the simulator's heads cannot import (an application using it fails)."""
 

@@ -279,6 +279,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     options = ran.options
     assert options == manager.Options(
         leader_election=True,
+        leader_election_id="ray-operator-leader",
         health_probe_bind_address=":8082",
         cache_by_resource=controllers.cache_by_resource(),
     ), "the Manager's defaults, but KubeRay's leader election (on) and probe port, and the "
@@ -392,6 +393,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
         namespaces=("team-a", "team-b"), leader_election=True, leader_election_namespace="ops",
+        leader_election_id="ray-operator-leader",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
         cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
@@ -595,6 +597,7 @@ def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
         namespaces=("team-a", "team-b"), leader_election=False,
+        leader_election_id="ray-operator-leader",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
         cache_by_resource=controllers.cache_by_resource(),
     )  # fmt: skip
