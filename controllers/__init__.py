@@ -20,10 +20,11 @@ from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster_interface
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
+from runtime import events
 from runtime.cache import cache
 from runtime.client import resources
 
-__all__ = ["DashboardCloser", "cache_by_resource", "setup"]
+__all__ = ["EVENT_OPTIONS", "DashboardCloser", "cache_by_resource", "setup"]
 
 
 def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
@@ -51,6 +52,11 @@ def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
             label_selector=raycluster_interface.CACHE_SELECTOR
         )
     }
+
+
+EVENT_OPTIONS = events.Options(api="events.k8s.io/v1")
+"""How the operator records Events (``runtime.manager.Options(events=...)``): the
+``events.k8s.io/v1`` API with an action, as KubeRay v1.7.0."""
 
 
 class DashboardCloser:

@@ -430,6 +430,7 @@ async def _run(
             leader_election=settings.leader_elect,
             leader_election_id=settings.leader_election_id,
             leader_election_namespace=settings.leader_election_namespace,
+            events=controllers.EVENT_OPTIONS,
             cache_by_resource=controllers.cache_by_resource(),
         ),
     )

@@ -23,8 +23,8 @@ behalf:
 - ``<kind>/finalizers`` ``update``: setting an owner reference with
   ``blockOwnerDeletion`` on a child requires it where the
   ``OwnerReferencesPermissionEnforcement`` admission plugin is on.
-- ``events`` ``create`` + ``patch``: the event recorder (``patch`` when it
-  aggregates a repeated event into a count).
+- ``events.k8s.io`` ``events`` ``create`` + ``patch``: the event recorders (``patch`` when they
+  fold a repeated event into its series; KubeRay v1.7.0 writes that API too).
 
 :func:`merge` folds the declarations into ClusterRole rules deterministically:
 verbs are united per (API group, resource), then resources that share an API
@@ -89,7 +89,7 @@ RAYCLUSTER: tuple[Rule, ...] = (
     Rule("", "serviceaccounts", "get create"),
     Rule("rbac.authorization.k8s.io", "roles", "get create"),
     Rule("rbac.authorization.k8s.io", "rolebindings", "get create"),
-    Rule("", "events", "create patch"),
+    Rule("events.k8s.io", "events", "create patch"),
 )
 """The RayCluster reconciler: owns head and worker pods, the head (and serve) service,
 and, for in-tree autoscaling, the autoscaler's ServiceAccount, Role and RoleBinding.
@@ -108,7 +108,7 @@ RAYSERVICE: tuple[Rule, ...] = (
     Rule("", "services", "list watch create update"),
     Rule("", "pods", f"{_READ} patch"),
     Rule("discovery.k8s.io", "endpointslices", "list watch"),
-    Rule("", "events", "create patch"),
+    Rule("events.k8s.io", "events", "create patch"),
 )
 """The RayService reconciler: owns RayClusters (created, updated in place, annotated
 with merge patches, deleted) and the head and serve services, labels the head pod

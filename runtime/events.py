@@ -2,8 +2,13 @@
 
 ``recorder.event(obj, "Warning", "ServeConfigInvalid", "serveConfigV2 is not YAML: ...")``
 returns at once; a background task (the recorder is a runnable the manager
-starts) writes core ``v1`` Events, which ``kubectl describe`` shows. Like
-client-go's recorder:
+starts) writes Events, which ``kubectl describe`` shows: core ``v1`` Events by
+default (client-go's ``tools/record``), or ``events.k8s.io/v1`` Events with
+``Options(api="events.k8s.io/v1")`` (client-go's ``tools/events``): then the
+``component`` is the Event's ``reportingController``, ``reporting_instance`` its
+``reportingInstance``, ``action`` (default: the reason) says what the controller did,
+the message is the ``note``, and a repeat updates the Event's ``series`` (``count``
+from 2, ``lastObservedTime``) instead of ``count``/``lastTimestamp``. Either way:
 
 - **Deduplication**: the same (object, type, reason, message) again within
   ``dedupe_window`` (10 min) increments ``count`` and ``lastTimestamp`` of the
@@ -31,6 +36,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import datetime
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -41,9 +49,12 @@ from runtime import clock, metrics
 from runtime._internal import aio
 from runtime.client import errors, resources
 
-__all__ = ["Options", "Recorder"]
+__all__ = ["EVENTS", "EVENTS_V1", "Options", "Recorder"]
 
 EVENTS = resources.Resource("", "v1", "Event", "events")
+"""Core ``v1`` Events."""
+EVENTS_V1 = resources.Resource("events.k8s.io", "v1", "Event", "events")
+"""``events.k8s.io/v1`` Events."""
 EventType = Literal["Normal", "Warning"]
 
 _written = metrics.Family(
@@ -94,6 +105,15 @@ class Options:
     """Objects whose deduplication and spam-filter state is kept (least recently
     used forgotten first). Default 4096."""
 
+    api: Literal["v1", "events.k8s.io/v1"] = "v1"
+    """Which Event API to write (see the module docstring). Default core ``v1``."""
+
+    reporting_instance: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname()
+    )
+    """``events.k8s.io/v1``'s ``reportingInstance``. Default ``$POD_NAME``, else the
+    host name."""
+
 
 @dataclasses.dataclass
 class _Series:
@@ -132,18 +152,27 @@ class Recorder:
         self.component = component
         self.options = options or Options()
         self._now = monotonic
-        self._pending: collections.deque[tuple[dict[str, Any], str, str, str]] = collections.deque(
-            maxlen=self.options.max_pending
+        self._pending: collections.deque[tuple[dict[str, Any], str, str, str, str]] = (
+            collections.deque(maxlen=self.options.max_pending)
         )
         self._wakeup = asyncio.Event()
         self._objects: collections.OrderedDict[str, _ObjectState] = collections.OrderedDict()
         self.log = structlog.get_logger("runtime.events").bind(component=component)
 
-    def event(self, obj: dict[str, Any], type_: EventType, reason: str, message: str) -> None:
-        """Queue an Event about ``obj``; never blocks, never raises."""
+    def event(
+        self,
+        obj: dict[str, Any],
+        type_: EventType,
+        reason: str,
+        message: str,
+        *,
+        action: str | None = None,
+    ) -> None:
+        """Queue an Event about ``obj``; never blocks, never raises. ``action``: what
+        the controller did (``events.k8s.io/v1``; default the reason)."""
         if len(self._pending) == self._pending.maxlen:
             _dropped.counter("queue_full").inc()
-        self._pending.append((obj, type_, reason, message[:1024]))
+        self._pending.append((obj, type_, reason, message[:1024], action or reason))
         self._wakeup.set()
 
     async def start(self, stop: asyncio.Event) -> None:
@@ -185,7 +214,9 @@ class Recorder:
         state.tokens -= 1
         return True
 
-    async def _write(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    async def _write(
+        self, obj: dict[str, Any], type_: str, reason: str, message: str, action: str
+    ) -> None:
         write = "create"
         try:
             meta = obj.get("metadata") or {}
@@ -210,44 +241,51 @@ class Recorder:
             if not self._allow(state, now):
                 _dropped.counter("spam_filter").inc()
                 return
+            v1 = self.options.api == "v1"
             if series is not None:
                 write = "patch"
                 series.count += 1
                 series.last_seen = now
-                await self.client.patch(
-                    EVENTS, series.namespace, series.name,
-                    {"count": series.count, "lastTimestamp": clock.rfc3339(), "message": message},
+                patch: dict[str, Any] = (
+                    {"count": series.count, "lastTimestamp": clock.rfc3339(), "message": message}
+                    if v1
+                    else {"series": {"count": series.count, "lastObservedTime": _micro_time()},
+                          "note": message}
                 )  # fmt: skip
+                await self.client.patch(
+                    EVENTS if v1 else EVENTS_V1, series.namespace, series.name, patch
+                )
                 _written.counter(type_, "patch").inc()
                 return
-            stamp = clock.rfc3339()
-            created = await self.client.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Event",
-                    "metadata": {
-                        "name": f"{meta.get('name', 'object')}.{time.time_ns():x}",
-                        "namespace": namespace,
-                    },
-                    "involvedObject": {
-                        "apiVersion": obj.get("apiVersion"),
-                        "kind": obj.get("kind"),
-                        "name": meta.get("name"),
-                        "namespace": meta.get("namespace"),
-                        "uid": meta.get("uid"),
-                        "resourceVersion": meta.get("resourceVersion"),
-                    },
-                    "type": type_,
-                    "reason": reason,
-                    "message": message,
-                    "count": 1,
-                    "firstTimestamp": stamp,
-                    "lastTimestamp": stamp,
-                    "source": {"component": self.component},
+            regarding = {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+            metadata = {
+                "name": f"{meta.get('name', 'object')}.{time.time_ns():x}",
+                "namespace": namespace,
+            }
+            if v1:
+                stamp = clock.rfc3339()
+                body: dict[str, Any] = {
+                    "apiVersion": "v1", "kind": "Event", "metadata": metadata,
+                    "involvedObject": regarding, "type": type_, "reason": reason,
+                    "message": message, "count": 1, "firstTimestamp": stamp,
+                    "lastTimestamp": stamp, "source": {"component": self.component},
                     "reportingComponent": self.component,
-                },
-                namespace=namespace,
-            )
+                }  # fmt: skip
+            else:
+                body = {
+                    "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": metadata,
+                    "eventTime": _micro_time(), "reportingController": self.component,
+                    "reportingInstance": self.options.reporting_instance, "action": action,
+                    "reason": reason, "regarding": regarding, "note": message, "type": type_,
+                }  # fmt: skip
+            created = await self.client.create(body, namespace=namespace)
             _written.counter(type_, "create").inc()
             state.series[key] = _Series(created["metadata"]["name"], namespace, 1, now)
         except errors.NotFound:
@@ -258,3 +296,8 @@ class Recorder:
         except Exception as exc:  # any failure: recording events must never stop anything
             _failed.counter(write).inc()
             self.log.warning("writing an event failed", reason=reason, error=repr(exc))
+
+
+def _micro_time() -> str:
+    """Now as the API writes a ``metav1.MicroTime``: UTC, microseconds, ``Z``."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -152,6 +152,11 @@ class Options:
     component: str = "rayservice-operator"
     """Name used for Events' source. Default "rayservice-operator"."""
 
+    events: events.Options = dataclasses.field(default_factory=events.Options)
+    """Options of every Event recorder (:attr:`Manager.events`, :meth:`Manager.recorder`),
+    e.g. ``events.Options(api="events.k8s.io/v1")``. Default core ``v1`` Events with the
+    recorder's default limits."""
+
     def __post_init__(self) -> None:
         # Fail at construction on both or bad names; keep a hashable tuple of them.
         names = informer_.namespaces_of(None, self.namespaces)
@@ -194,7 +199,8 @@ class Manager:
             namespaces=self.options.namespaces,
             by_resource=self.options.cache_by_resource,
         )
-        self.events = events.Recorder(client, self.options.component)
+        self.events = events.Recorder(client, self.options.component, options=self.options.events)
+        self._recorders: dict[str, events.Recorder] = {self.options.component: self.events}
         self.elector: leaderelection.LeaderElector | None = None
         """The leader elector, once :meth:`start` got to leader election."""
         self._election = _election_options(self.options)
@@ -214,6 +220,18 @@ class Manager:
         if not isinstance(runnable, Runnable):
             raise TypeError(f"{runnable!r} is not a runnable (needs async start(stop))")
         self._runnables.append(runnable)
+
+    def recorder(self, component: str) -> events.Recorder:
+        """The Event recorder that reports as ``component`` (controller-runtime's
+        ``GetEventRecorderFor``): one per name, started with the manager (ask before
+        :meth:`start`). ``component`` :attr:`Options.component` is :attr:`events`."""
+        found = self._recorders.get(component)
+        if found is None:
+            found = self._recorders[component] = events.Recorder(
+                self.client, component, options=self.options.events
+            )
+            self.add(found)
+        return found
 
     def add_healthz_check(self, name: str, check: Check) -> None:
         self._healthz[name] = check

@@ -27,10 +27,12 @@ from controllers.raycluster import reconciler as reconciler_
 from runtime import builder, predicate
 from runtime import controller as controller_
 
-__all__ = ["CHILD_EVENT_DELAY", "NAME", "RBAC", "setup"]
+__all__ = ["CHILD_EVENT_DELAY", "NAME", "RBAC", "RECORDER", "setup"]
 
 NAME = "raycluster"
 """The controller's name (logs, metrics)."""
+RECORDER = "raycluster-controller"
+"""Who its Events say reported them (``reportingController``; KubeRay's name)."""
 
 RBAC = rbac.RAYCLUSTER
 """The API permissions the reconciler needs."""
@@ -60,7 +62,7 @@ def setup(
     reconciler = reconciler_.Reconciler(
         manager.client,
         manager.cache,
-        manager.events,
+        manager.recorder(RECORDER),
         options or reconciler_.Options(),
         metrics=metrics,
     )

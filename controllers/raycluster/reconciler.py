@@ -42,8 +42,10 @@ cache) is reported as forgotten.
 A create or delete the server refuses stops step 4: the status says
 ``ReplicaFailure`` with the reason (``FailedCreateHeadPod``,
 ``FailedCreateWorkerPod``, ``FailedDeleteHeadPod``, ``FailedDeleteWorkerPod``,
-``FailedDeleteAllPods``) and the server's message, a Warning Event with the same
-reason is recorded (the recorder aggregates repeats), and the error is raised so
+``FailedDeleteAllPods``) and the server's message, a Warning Event with KubeRay's
+reason for it (``FailedToCreateHeadPod``, ``FailedToCreateWorkerPod``,
+``FailedToDeleteHeadPod``, ``FailedToDeleteWorkerPod``, ``FailedToDeletePodCollection``)
+is recorded (the recorder aggregates repeats), and the error is raised so
 the work queue retries with its growing per-item backoff - never a hot loop.
 
 Nothing is requeued on a timer: pods and services are watched (``owns``), so
@@ -177,7 +179,8 @@ class Reconciler:
             failure = exc
         await self._write_status(obj, cluster, failure.failure if failure else None)
         if failure is not None:
-            self.recorder.event(obj, "Warning", failure.failure.reason, failure.failure.message)
+            reason, action = _EVENTS.get(failure.failure.reason, (failure.failure.reason, "Create"))
+            self.recorder.event(obj, "Warning", reason, failure.failure.message, action=action)
             raise failure
         return reconcile.Result()
 
@@ -206,7 +209,7 @@ class Reconciler:
 
     async def _refuse(self, obj: Obj, cluster: v1.RayCluster | None, problems: list[str]) -> None:
         message = "; ".join(problems)
-        self.recorder.event(obj, "Warning", "InvalidRayClusterSpec", message)
+        self.recorder.event(obj, "Warning", "InvalidRayClusterSpec", message, action="Validate")
         if cluster is None:
             return
         failure = status_.Failure("InvalidRayClusterSpec", message)
@@ -362,6 +365,16 @@ class Reconciler:
                 continue  # already gone (a Conflict on the uid: a new pod took the name)
             except errors.ApiError as exc:
                 raise _ReplicaFailure(reason, exc.message or str(exc)) from exc
+
+
+_EVENTS = {
+    "FailedCreateHeadPod": ("FailedToCreateHeadPod", "Create"),
+    "FailedCreateWorkerPod": ("FailedToCreateWorkerPod", "Create"),
+    "FailedDeleteHeadPod": ("FailedToDeleteHeadPod", "Delete"),
+    "FailedDeleteWorkerPod": ("FailedToDeleteWorkerPod", "Delete"),
+    "FailedDeleteAllPods": ("FailedToDeletePodCollection", "Delete"),
+}
+"""``ReplicaFailure`` reason -> KubeRay v1.7.0's Event reason and action for it."""
 
 
 def _stable(message: str, pod: Mapping[str, Any]) -> str:

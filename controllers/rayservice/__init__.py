@@ -31,10 +31,12 @@ from runtime import builder, handler, predicate, reconcile
 from runtime import controller as controller_
 from runtime.workqueue import ratelimiter
 
-__all__ = ["NAME", "RBAC", "rate_limiter", "serve_endpoint_owner", "setup"]
+__all__ = ["NAME", "RBAC", "RECORDER", "rate_limiter", "serve_endpoint_owner", "setup"]
 
 NAME = "rayservice"
 """The controller's name (logs, metrics)."""
+RECORDER = "rayservice-controller"
+"""Who its Events say reported them (``reportingController``; KubeRay's name)."""
 
 RBAC = rbac.RAYSERVICE
 """The API permissions the reconciler needs."""
@@ -83,7 +85,7 @@ def setup(
     ``skip_name_validation``: allow a second controller of this name in the process."""
     v1.add_to_registry(manager.client.registry)
     reconciler = reconciler_.Reconciler(
-        manager.client, manager.cache, manager.events, dashboards, options
+        manager.client, manager.cache, manager.recorder(RECORDER), dashboards, options
     )
     return (
         builder.Builder(manager)

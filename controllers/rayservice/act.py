@@ -59,7 +59,9 @@ class Executor:
         """Make ``plan``'s writes for ``service`` (see the module docstring); returns
         when to look again (``spent``: seconds the dashboard took while observing)."""
         for event in plan.events:
-            self.recorder.event(service, event.type, event.reason, event.message)
+            self.recorder.event(
+                service, event.type, event.reason, event.message, action=event.action
+            )
         for op in plan.clusters:
             await self._cluster(service, op)
         for gone in plan.delete_services:
@@ -75,13 +77,15 @@ class Executor:
             await self._annotate(plan.serve_annotation)
         for relabel in (plan.relabel, plan.relabel_serving):
             if relabel is not None:
-                await self._relabel(relabel)
+                await self._relabel(service, relabel)
         if plan.delete_after is not None:
             await self._annotate(plan.delete_after)
         for point in plan.points:
-            await self._point(point)
+            await self._point(service, point)
         if plan.switched is not None:
-            self.recorder.event(service, "Normal", "SwitchedTraffic", plan.switched)
+            self.recorder.event(
+                service, "Normal", "SwitchedTraffic", plan.switched, action="Update"
+            )
         if plan.status is not None:
             await self.write(service, plan.status)
         if plan.error is not None:
@@ -105,8 +109,9 @@ class Executor:
         except (errors.NotFound, errors.Conflict):
             return
         self.recorder.event(
-            service, "Normal", "DeletedRayCluster", f"Deleted RayCluster {meta['name']}: {why}"
-        )
+            service, "Normal", "DeletedRayCluster", f"Deleted RayCluster {meta['name']}: {why}",
+            action="Delete",
+        )  # fmt: skip
 
     async def _delete_service(self, service: Obj, gone: plan_.DeleteService) -> None:
         meta = gone.svc["metadata"]
@@ -118,8 +123,9 @@ class Executor:
         except (errors.NotFound, errors.Conflict):
             return
         self.recorder.event(
-            service, "Normal", "DeletedService", f"Deleted Service {meta['name']}: {gone.why}"
-        )
+            service, "Normal", "DeletedService", f"Deleted Service {meta['name']}: {gone.why}",
+            action="Delete",
+        )  # fmt: skip
 
     async def _cluster(self, service: Obj, op: plan_.ClusterOp) -> None:
         if isinstance(op, plan_.Delete):
@@ -135,8 +141,9 @@ class Executor:
             await self.client.update(op.desired)
             name = op.desired["metadata"]["name"]
             self.recorder.event(
-                service, "Normal", "UpdatedRayCluster", f"Updated RayCluster {name} in place"
-            )
+                service, "Normal", "UpdatedRayCluster", f"Updated RayCluster {name} in place",
+                action="Update",
+            )  # fmt: skip
         else:
             name = op.desired["metadata"]["name"]
             try:
@@ -144,8 +151,9 @@ class Executor:
             except errors.AlreadyExists:
                 return  # the cache had not seen it yet; the watch will bring it
             self.recorder.event(
-                service, "Normal", "CreatedRayCluster", f"Created RayCluster {name}"
-            )
+                service, "Normal", "CreatedRayCluster", f"Created RayCluster {name}",
+                action="Create",
+            )  # fmt: skip
 
     async def _submit(self, service: Obj, submit: plan_.Submit) -> plan_.ServeFailed | None:
         """PUT the config; the failure to raise (after the status is written), if any."""
@@ -161,7 +169,7 @@ class Executor:
             if not isinstance(exc, dashboard.DashboardTimeout):
                 self.recorder.event(
                     service, "Warning", "FailedToUpdateServeApplications",
-                    f"RayCluster {submit.cluster}: {said}",
+                    f"RayCluster {submit.cluster}: {said}", action="Update",
                 )  # fmt: skip
             refusal = (
                 f"Serve refused the config: {said}"
@@ -171,6 +179,10 @@ class Executor:
             return plan_.ServeFailed(
                 f"cannot submit the Serve config to {submit.cluster}: {said}", refusal=refusal
             )
+        self.recorder.event(
+            service, "Normal", "UpdatedServeApplications",
+            f"Submitted the Serve applications to RayCluster {submit.cluster}", action="Update",
+        )  # fmt: skip
         return None
 
     async def _annotate(self, annotate: plan_.Annotate) -> None:
@@ -180,7 +192,7 @@ class Executor:
             {"metadata": {"annotations": dict(annotate.annotations)}},
         )  # fmt: skip
 
-    async def _relabel(self, relabel: plan_.Relabel) -> None:
+    async def _relabel(self, service: Obj, relabel: plan_.Relabel) -> None:
         meta = relabel.pod["metadata"]
         value = relabel.value
         if value is None:  # from the proxy, now that the config is submitted
@@ -188,15 +200,37 @@ class Executor:
             value = "true" if await relabel.client.serve_proxy_healthy(relabel.pod) else "false"
             if (meta.get("labels") or {}).get(raycluster.SERVE_LABEL) == value:
                 return
-        with contextlib.suppress(errors.NotFound):  # gone since the cache looked
+        try:
             await self.client.patch(
                 raycluster.PODS, meta["namespace"], meta["name"],
                 {"metadata": {"labels": {raycluster.SERVE_LABEL: value}}},
             )  # fmt: skip
+        except errors.NotFound:  # gone since the cache looked
+            return
+        except errors.ApiError as exc:
+            self.recorder.event(
+                service, "Warning", "FailedToUpdateHeadPodServeLabel",
+                f"Cannot set {raycluster.SERVE_LABEL}={value} on head pod {meta['name']}: "
+                f"{exc.message or exc}", action="Update",
+            )  # fmt: skip
+            raise
+        self.recorder.event(
+            service, "Normal", "UpdatedHeadPodServeLabel",
+            f"Set {raycluster.SERVE_LABEL}={value} on head pod {meta['name']}", action="Update",
+        )  # fmt: skip
 
-    async def _point(self, point: plan_.Point) -> None:
+    async def _point(self, service: Obj, point: plan_.Point) -> None:
+        name = point.desired["metadata"]["name"]
         if point.current is None:
-            with contextlib.suppress(errors.AlreadyExists):
+            try:
                 await self.client.create(point.desired)
+            except errors.AlreadyExists:
+                return  # the cache had not seen it yet
+            self.recorder.event(
+                service, "Normal", "CreatedService", f"Created Service {name}", action="Create"
+            )
             return
         await self.client.update(point.desired)
+        self.recorder.event(
+            service, "Normal", "UpdatedService", f"Updated Service {name}", action="Update"
+        )

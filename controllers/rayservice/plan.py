@@ -186,11 +186,13 @@ class Snapshot:
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    """An Event on the RayService."""
+    """An Event on the RayService; ``action`` is what the controller did (KubeRay's
+    ``Validate``, ``Reconcile``, ``Create``...)."""
 
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+    action: str = "Reconcile"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -518,7 +520,9 @@ def plan(
         )
         return dataclasses.replace(
             base,
-            events=_warn_once(service, "ValidationFailed", "InvalidRayServiceSpec", message),
+            events=_warn_once(
+                service, "ValidationFailed", "InvalidRayServiceSpec", message, action="Validate"
+            ),
             status=status(observed),
             report=observed,
             error=reconcile.TerminalError(message),
@@ -814,6 +818,7 @@ def _new_cluster(
             "RayClusterNameTaken",
             f"RayCluster {first} exists and is not owned by this RayService; "
             f"using the name {name} instead",
+            "Create",
         )
     desired = clusters.desired_cluster(service, name)
     return desired, Create(desired), event
@@ -925,7 +930,12 @@ def _relabel_serving(
 
 
 def _warn_once(
-    service: Mapping[str, Any], condition_reason: str, event_reason: str, message: str
+    service: Mapping[str, Any],
+    condition_reason: str,
+    event_reason: str,
+    message: str,
+    *,
+    action: str = "Reconcile",
 ) -> tuple[Event, ...]:
     """A Warning, unless the status already reports exactly this (each repeat would be
     a write: the recorder's count PATCH)."""
@@ -938,7 +948,7 @@ def _warn_once(
         and int(ready.get("observedGeneration") or 0) == generation
     ):
         return ()
-    return (Event("Warning", event_reason, message),)
+    return (Event("Warning", event_reason, message, action),)
 
 
 def _timed_out(snapshot: Snapshot, now: datetime.datetime) -> _TimedOut | None:

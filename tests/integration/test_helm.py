@@ -187,6 +187,7 @@ def test_deployment_has_the_security_context_of_config_manager(helm: pathlib.Pat
     assert pod["serviceAccountName"] == only(objs, "ServiceAccount")["metadata"]["name"]
     env = {e["name"]: e for e in manager_container(objs)["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
 def test_values_become_manager_flags_it_accepts(helm: pathlib.Path) -> None:
@@ -329,7 +330,9 @@ def test_kuberays_values_file_renders_a_manager_that_starts(helm: pathlib.Path) 
     assert deployment["spec"]["template"]["spec"]["securityContext"] == POD_SECURITY
     assert container["resources"]["limits"] == kuberay["resources"]["limits"]
     # `env:` with only comments is null: the chart's own variables only.
-    assert [e["name"] for e in container["env"]] == ["POD_NAMESPACE", "PYTHONDONTWRITEBYTECODE"]
+    assert [e["name"] for e in container["env"]] == [
+        "POD_NAMESPACE", "POD_NAME", "PYTHONDONTWRITEBYTECODE"
+    ]  # fmt: skip
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/component"] == kuberay["componentOverride"]
     assert deployment["spec"]["selector"]["matchLabels"] == {

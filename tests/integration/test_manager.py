@@ -330,6 +330,34 @@ async def test_an_event_storm_is_aggregated(client: client_.Client, namespace: s
     assert max(e["count"] for e in ours) > 1, "repeats update one Event"
 
 
+async def test_events_k8s_io_v1_events_are_accepted_and_their_series_grows(
+    client: client_.Client, namespace: str
+) -> None:
+    """kube-apiserver validates events.k8s.io/v1 Events strictly (eventTime, action,
+    reportingController and reportingInstance required; a series only on update): a
+    body it refused would only be logged, so this asks the real server."""
+    target = await client.create(configmap("watched", namespace))
+    options = runtime.events.Options(api="events.k8s.io/v1", reporting_instance="manager-0")
+    recorder = runtime.events.Recorder(client, "example-controller", options=options)
+    for _ in range(3):
+        recorder.event(target, "Warning", "FailedToCreateHeadPod", "quota", action="Create")
+    await recorder.flush()
+    listed = await client.list(runtime.events.EVENTS_V1, namespace)
+    [event] = [e for e in listed.items if e["regarding"]["name"] == "watched"]
+    assert (event["reason"], event["action"], event["note"]) == (
+        "FailedToCreateHeadPod", "Create", "quota")  # fmt: skip
+    assert event["reportingController"] == "example-controller"
+    assert event["series"]["count"] == 3
+    # kubectl describe reads core v1: the same Event, seen through the other API.
+    core = await client.list(EVENTS, namespace)
+    [seen] = [e for e in core.items if e["involvedObject"]["name"] == "watched"]
+    assert (seen["reason"], seen["message"], seen["action"]) == (
+        "FailedToCreateHeadPod",
+        "quota",
+        "Create",
+    )
+
+
 def sample(text: str, series: str) -> float:
     """The value of ``series`` (name and labels, exactly as exported) in a /metrics text."""
     values = [float(line[len(series) :]) for line in text.splitlines()

@@ -9,13 +9,6 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
 - apiGroups:
   - ''
   resources:
-  - events
-  verbs:
-  - create
-  - patch
-- apiGroups:
-  - ''
-  resources:
   - pods
   verbs:
   - create
@@ -53,6 +46,13 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   verbs:
   - list
   - watch
+- apiGroups:
+  - events.k8s.io
+  resources:
+  - events
+  verbs:
+  - create
+  - patch
 - apiGroups:
   - ray.io
   resources:

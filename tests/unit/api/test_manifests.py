@@ -285,7 +285,8 @@ def test_role_is_the_merged_declarations() -> None:
     assert {(g, r): set(rule["verbs"]) for rule in proxy["rules"] for g in rule["apiGroups"]
             for r in rule["resources"]} == {("", "services/proxy"): {"get", "update"},
                                             ("", "pods/proxy"): {"get"}}  # fmt: skip
-    assert granted[("", "events")] == {"create", "patch"}
+    assert granted[("events.k8s.io", "events")] == {"create", "patch"}
+    assert ("", "events") not in granted, "Events go to events.k8s.io/v1 only"
     assert not any("*" in verbs for verbs in granted.values())
     assert ("", "secrets") not in granted
     declared = {(r.group, r.resource) for rules in rbac.DECLARATIONS.values() for r in rules}

@@ -282,6 +282,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         leader_election_id="ray-operator-leader",
         health_probe_bind_address=":8082",
         cache_by_resource=controllers.cache_by_resource(),
+        events=controllers.EVENT_OPTIONS,
     ), "the Manager's defaults, but KubeRay's leader election (on) and probe port, and the "
     "operator's cache filters"
     assert options.cache_by_resource["pods"].label_selector == (
@@ -318,6 +319,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         namespaces=("team-a",), leader_election=True, leader_election_id="my-lease",
         leader_election_namespace="ops", metrics_bind_address="127.0.0.1:9090",
         health_probe_bind_address="0", cache_by_resource=controllers.cache_by_resource(),
+        events=controllers.EVENT_OPTIONS,
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -355,6 +357,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
         namespaces=("team-b",), leader_election=True, leader_election_id="env-lease",
         metrics_bind_address="127.0.0.1:9100", health_probe_bind_address="127.0.0.1:9101",
         cache_by_resource=controllers.cache_by_resource(),
+        events=controllers.EVENT_OPTIONS,
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -396,6 +399,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
         leader_election_id="ray-operator-leader",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
         cache_by_resource=controllers.cache_by_resource(),
+        events=controllers.EVENT_OPTIONS,
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -600,6 +604,7 @@ def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
         leader_election_id="ray-operator-leader",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
         cache_by_resource=controllers.cache_by_resource(),
+        events=controllers.EVENT_OPTIONS,
     )  # fmt: skip
     assert (mgr.client.options.qps, mgr.client.options.burst) == (30.0, 60)
     (setup,) = ran.setup

@@ -144,3 +144,42 @@ async def test_per_object_state_is_bounded() -> None:
     await recorder.flush()
     assert len(client.objects(EVENTS)) == 200
     assert events.Options().max_objects == 4096
+
+
+V1 = events.Options(api="events.k8s.io/v1", reporting_instance="manager-0")
+
+
+async def test_events_k8s_io_v1_events_carry_action_controller_and_a_series() -> None:
+    client = fake.FakeClient(namespaces=["ns"])
+    recorder = events.Recorder(client, "raycluster-controller", options=V1)
+    recorder.event(OBJ, "Warning", "FailedToCreateHeadPod", "quota", action="Create")
+    recorder.event(OBJ, "Normal", "Reconciled", "fine")  # no action: the reason
+    await recorder.flush()
+    assert client.objects(EVENTS) == [], "no core v1 Event"
+    first, second = sorted(client.objects(events.EVENTS_V1), key=lambda e: e["reason"])
+    assert first["apiVersion"] == "events.k8s.io/v1"
+    assert (first["reason"], first["action"], first["note"], first["type"]) == (
+        "FailedToCreateHeadPod", "Create", "quota", "Warning")  # fmt: skip
+    assert (first["reportingController"], first["reportingInstance"]) == (
+        "raycluster-controller", "manager-0")  # fmt: skip
+    assert first["regarding"]["uid"] == "u1"
+    assert first["eventTime"].endswith("Z")
+    assert "." in first["eventTime"], "a MicroTime"
+    assert "series" not in first
+    assert "count" not in first
+    assert second["action"] == "Reconciled"
+    for _ in range(3):
+        recorder.event(OBJ, "Warning", "FailedToCreateHeadPod", "quota", action="Create")
+    await recorder.flush()
+    [repeated] = [e for e in client.objects(events.EVENTS_V1) if e["action"] == "Create"]
+    assert repeated["series"]["count"] == 4, "the first repeat starts the series at 2"
+    assert repeated["series"]["lastObservedTime"] >= repeated["eventTime"]
+    assert client.writes("create") == 2
+    assert client.writes("patch") == 3
+
+
+def test_the_reporting_instance_defaults_to_the_pod_name(monkeypatch: Any) -> None:
+    monkeypatch.setenv("POD_NAME", "rayservice-operator-7c9f-abcde")
+    assert events.Options().reporting_instance == "rayservice-operator-7c9f-abcde"
+    monkeypatch.delenv("POD_NAME")
+    assert events.Options().reporting_instance  # the host name

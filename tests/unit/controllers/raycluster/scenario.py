@@ -18,7 +18,7 @@ from runtime.testing import fake
 
 PODS = pods.PODS
 SERVICES = services.SERVICES
-EVENTS = resources.default_registry.for_kind("v1", "Event")
+EVENTS = events.EVENTS_V1  # the operator writes events.k8s.io/v1 (controllers.EVENT_OPTIONS)
 REQUEST = reconcile.Request("ns", "demo")
 NOW = "2026-01-01T00:00:00Z"
 
@@ -63,7 +63,7 @@ class Env:
             by_resource=controllers.cache_by_resource(),
             debug=True,
         )
-        self.recorder = events.Recorder(self.client, "test")  # type: ignore[arg-type]
+        self.recorder = events.Recorder(self.client, "test", options=controllers.EVENT_OPTIONS)  # type: ignore[arg-type]
         self.reconciler = reconciler_.Reconciler(
             self.client, self.cache, self.recorder,
             reconciler_.Options(cluster_domain="cluster.local", random_pod_delete=False),

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
+import controllers
 from controllers.raycluster import reconciler as reconciler_
 from runtime import events, reconcile
 from runtime.cache import cache as cache_
@@ -214,7 +215,7 @@ async def test_a_refused_pod_is_a_replica_failure_with_the_server_message_and_re
     registry = e.client.registry
     e.client = RefusingClient(registry, namespaces=["ns"])
     e.cache = cache_.Cache(e.client, debug=True)  # type: ignore[arg-type]
-    e.recorder = events.Recorder(e.client, "test")  # type: ignore[arg-type]
+    e.recorder = events.Recorder(e.client, "test", options=controllers.EVENT_OPTIONS)  # type: ignore[arg-type]
     e.reconciler = reconciler_.Reconciler(e.client, e.cache, e.recorder, now=lambda: NOW)
     try:
         await e.client.create(raycluster())
@@ -231,8 +232,8 @@ async def test_a_refused_pod_is_a_replica_failure_with_the_server_message_and_re
         assert e.client.attempts == 3, "one attempt per pass: the first refusal stops the pass"
         await e.recorder.flush()
         [event] = (await e.client.list(EVENTS, "ns")).items
-        assert (event["type"], event["reason"], event["count"]) == (
-            "Warning", "FailedCreateWorkerPod", 3)  # fmt: skip
+        assert (event["type"], event["reason"], event["action"], event["series"]["count"]) == (
+            "Warning", "FailedToCreateWorkerPod", "Create", 3)  # fmt: skip
     finally:
         await e.cache.stop()
 

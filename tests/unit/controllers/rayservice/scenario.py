@@ -26,7 +26,7 @@ from runtime.testing import fake
 PODS = raycluster.PODS
 SERVICES = services.SERVICES
 SLICES = services.ENDPOINT_SLICES
-EVENTS = resources.default_registry.for_kind("v1", "Event")
+EVENTS = events.EVENTS_V1  # the operator writes events.k8s.io/v1 (controllers.EVENT_OPTIONS)
 REQUEST = reconcile.Request("ns", "demo")
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -79,7 +79,7 @@ class Env:
             by_resource=controllers.cache_by_resource(),
             debug=True,
         )
-        self.recorder = events.Recorder(self.client, "test")  # type: ignore[arg-type]
+        self.recorder = events.Recorder(self.client, "test", options=controllers.EVENT_OPTIONS)  # type: ignore[arg-type]
         self.dashboards = fake_dashboards.FakeDashboards()
         self.now = T0
         self.reconciler = reconciler_.Reconciler(

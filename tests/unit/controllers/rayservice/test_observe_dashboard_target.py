@@ -27,7 +27,7 @@ rayservice = scenario.rayservice
 
 
 SERVICES = resources.default_registry.for_kind("v1", "Service")
-EVENTS = resources.default_registry.for_kind("v1", "Event")
+EVENTS = scenario.EVENTS
 VICTIM = "victim-head-svc.tenant-b.svc.cluster.local"
 
 
@@ -140,7 +140,7 @@ async def test_serve_refusal_reaches_status_and_events_without_config_values(env
     with pytest.raises(Exception, match="cannot submit") as caught:
         await env.reconciler.reconcile(REQUEST)
     await env.recorder.flush()
-    said = [e["message"] for e in (await env.client.list(EVENTS, "ns")).items]
+    said = [e["note"] for e in (await env.client.list(EVENTS, "ns")).items]
     ready = next(c for c in (await env.service())["status"]["conditions"] if c["type"] == "Ready")
     for text in [str(caught.value), ready["message"], *said]:
         assert "tok-5f3a9c-very-secret" not in text
@@ -174,4 +174,4 @@ async def test_a_foreign_cluster_squatting_the_name_is_routed_around_and_reporte
     taken = [e for e in (await env.client.list(EVENTS, "ns")).items
              if e["reason"] == "RayClusterNameTaken"]  # fmt: skip
     assert len(taken) == 1
-    assert squatted in taken[0]["message"]
+    assert squatted in taken[0]["note"]

@@ -464,7 +464,8 @@ async def test_a_timed_out_put_is_retried_quietly_a_refused_one_is_an_event(
     events_ = (await env.client.list(scenario.EVENTS, "ns")).items
     refused = [e for e in events_ if e["reason"] == "FailedToUpdateServeApplications"]
     assert len(refused) == 1
-    assert "bad config" in refused[0]["message"]
+    assert "bad config" in refused[0]["note"]
+    assert refused[0]["action"] == "Update"
 
 
 async def test_serve_defaults_in_the_deployed_config_do_not_cause_a_second_put(
@@ -495,3 +496,30 @@ async def test_serve_defaults_in_the_deployed_config_do_not_cause_a_second_put(
     await env.synced()
     await env.reconcile()
     assert dash.put_count == 2
+
+
+async def test_events_say_what_was_done_with_kuberays_reasons_and_actions(env: Env) -> None:
+    """KubeRay v1.7.0's reasons and actions for what ``kubectl describe`` readers follow:
+    the cluster created, the Serve applications submitted, the head joining the serve
+    Service, the Services created; one Event write per change at most."""
+    name = await env.converge_first_cluster()
+    await env.recorder.flush()
+    said = {
+        (e["reason"], e["action"], e["type"])
+        for e in (await env.client.list(scenario.EVENTS, "ns")).items
+    }
+    assert {
+        ("CreatedRayCluster", "Create", "Normal"),
+        ("UpdatedServeApplications", "Update", "Normal"),
+        ("UpdatedHeadPodServeLabel", "Update", "Normal"),
+        ("CreatedService", "Create", "Normal"),
+    } <= said, said
+    notes = [e["note"] for e in (await env.client.list(scenario.EVENTS, "ns")).items]
+    assert f"Submitted the Serve applications to RayCluster {name}" in notes
+    assert any(n.startswith("Set ray.io/serve=true on head pod ") for n in notes)
+    listed = (await env.client.list(scenario.EVENTS, "ns")).items
+    assert all("series" not in e for e in listed), "each change reported by one write"
+    event_writes = [
+        c for c in env.client.calls if c[1].startswith("events") and c[0] in ("create", "patch")
+    ]
+    assert len(event_writes) == len(listed)

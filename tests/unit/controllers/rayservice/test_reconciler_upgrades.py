@@ -144,9 +144,9 @@ async def test_a_foreign_service_is_reported_once_not_every_poll(
     recorded: list[str] = []
     original = env.recorder.event
 
-    def spy(obj: dict[str, Any], type_: Any, reason: str, message: str) -> None:
+    def spy(obj: dict[str, Any], type_: Any, reason: str, message: str, **kw: Any) -> None:
         recorded.append(reason)
-        original(obj, type_, reason, message)
+        original(obj, type_, reason, message, **kw)
 
     monkeypatch.setattr(env.recorder, "event", spy)
     await env.client.create({
