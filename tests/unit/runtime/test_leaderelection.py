@@ -196,7 +196,11 @@ async def test_a_forbidden_lease_is_an_error_on_every_attempt_and_counted() -> N
 async def test_any_exception_from_a_renewal_is_a_failed_attempt(error: Exception) -> None:
     client = fake.FakeClient()
     name = f"renew-{type(error).__name__}"
-    elector = leaderelection.LeaderElector(client, options("a", name=name))
+    # A generous renew deadline: this is about the exception, not timing (with 0.4 s, a
+    # loop stalled by a loaded machine lost the lease and failed the test now and then).
+    elector = leaderelection.LeaderElector(
+        client, options("a", name=name, lease_duration=10, renew_deadline=5)
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(elector.run(stop))
     await asyncio.wait_for(elector.elected.wait(), 2)
