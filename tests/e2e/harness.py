@@ -64,6 +64,7 @@ RAYSERVICES = resources.Resource("ray.io", "v1", "RayService", "rayservices")
 RAYCLUSTERS = resources.Resource("ray.io", "v1", "RayCluster", "rayclusters")
 PODS = resources.default_registry.for_kind("v1", "Pod")
 SERVICES = resources.default_registry.for_kind("v1", "Service")
+EVENTS_V1 = resources.Resource("events.k8s.io", "v1", "Event", "events")
 
 Obj = dict[str, Any]
 

@@ -103,6 +103,11 @@ async def test_the_sample_becomes_ready_and_answers_requests(
         await t.wait_targets(2)  # the worker may join the serve Service after Ready
     no_failures(t)
     assert len(t.targets) == 2, t.targets  # the head and the worker both serve
+    # Its Events went through the generated RBAC to events.k8s.io/v1, as KubeRay's.
+    listed = await api.list(harness.EVENTS_V1, namespace)
+    said = {(e["reportingController"], e["reason"], e["action"]) for e in listed.items}
+    assert ("rayservice-controller", "UpdatedServeApplications", "Update") in said, said
+    assert ("rayservice-controller", "CreatedRayCluster", "Create") in said, said
 
 
 async def test_a_serve_config_change_is_applied_in_place(
