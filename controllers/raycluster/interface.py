@@ -107,6 +107,9 @@ def auth_secret_name(cluster: Mapping[str, Any]) -> str | None:
     ...     "mode": "token"}, "headGroupSpec": {"template": {}}}})
     'demo'
     """
+    options = (cluster.get("spec") or {}).get("authOptions")
+    if not isinstance(options, Mapping) or options.get("mode") != "token":
+        return None  # the common case, without building the model on every poll
     model = _model(cluster)
     return auth.secret_name(model) if auth.token_enabled(model.spec) else None
 
