@@ -44,13 +44,22 @@ def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
       not created again (AlreadyExists on every pass). EndpointSlices carry their
       Service's labels (the EndpointSlice controller copies them) and are read by
       ``kubernetes.io/service-name``, whose values are not known in advance.
+    - **Secrets**: only those labelled ``ray.io/cluster`` (any value): the token Secrets
+      of clusters with token authentication, which the RayCluster controller creates with
+      that label (KubeRay v1.7.0 too). KubeRay caches every Secret of the cluster; here a
+      user's own ``authOptions.secretName`` Secret is read by GET instead
+      (:mod:`controllers.rayservice.tokens`), so the operator's memory never holds the
+      cluster's other credentials.
     - RayClusters and RayServices: everything (they are ours).
 
     Every resource keeps the cache's default transform (``managedFields`` dropped)."""
     return {
         raycluster_interface.PODS: cache.ByResource(
             label_selector=raycluster_interface.CACHE_SELECTOR
-        )
+        ),
+        raycluster_interface.SECRETS: cache.ByResource(
+            label_selector=raycluster_interface.AUTH_SECRET_SELECTOR
+        ),
     }
 
 

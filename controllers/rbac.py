@@ -89,10 +89,13 @@ RAYCLUSTER: tuple[Rule, ...] = (
     Rule("", "serviceaccounts", "get create"),
     Rule("rbac.authorization.k8s.io", "roles", "get create"),
     Rule("rbac.authorization.k8s.io", "rolebindings", "get create"),
+    Rule("", "secrets", "list watch create"),
     Rule("events.k8s.io", "events", "create patch"),
 )
 """The RayCluster reconciler: owns head and worker pods, the head (and serve) service,
-and, for in-tree autoscaling, the autoscaler's ServiceAccount, Role and RoleBinding.
+for token authentication the Secret holding the token (cached, but only the Secrets
+labelled ``ray.io/cluster``: see :func:`controllers.cache_by_resource`), and, for in-tree
+autoscaling, the autoscaler's ServiceAccount, Role and RoleBinding.
 Creating a Role requires holding what it grants (RBAC escalation prevention):
 the autoscaler's Role grants ``get list watch patch`` on pods, ``patch`` on
 ``pods/resize`` and ``get patch`` on rayclusters, so those ``patch`` verbs are
@@ -108,12 +111,15 @@ RAYSERVICE: tuple[Rule, ...] = (
     Rule("", "services", "list watch create update"),
     Rule("", "pods", f"{_READ} patch"),
     Rule("discovery.k8s.io", "endpointslices", "list watch"),
+    Rule("", "secrets", "get list watch"),
     Rule("events.k8s.io", "events", "create patch"),
 )
 """The RayService reconciler: owns RayClusters (created, updated in place, annotated
 with merge patches, deleted) and the head and serve services, labels the head pod
 (``ray.io/serve``, a merge patch), counts serve endpoints from EndpointSlices, and
-keeps a finalizer on the RayService (``update`` on it)."""
+keeps a finalizer on the RayService (``update`` on it). With token authentication it
+reads the cluster's token: from the (filtered) cache, and a Secret the user named in
+``authOptions.secretName`` by ``get``."""
 
 KUBERNETES_PROXY: tuple[Rule, ...] = (
     Rule("", "services/proxy", "get update"),

@@ -26,11 +26,12 @@ trade-off:
 
 The same holds for the other objects carried as raw JSON: ``headService``,
 ``ingressOptions``, ``autoscalerOptions``, ``gcsFaultToleranceOptions``, and the KubeRay
-options this operator does not implement (``authOptions``, ``historyServerOptions``,
-``networkPolicy``, ``tlsOptions``, ``enableIngress``/``ingressOptions``,
-``upgradeStrategy.type: Recreate``): the API accepts them, so KubeRay YAML applies, and
-the reconciler **refuses** them (``InvalidRayClusterSpec``, the field named) instead of
-storing and ignoring them.
+options this operator does not implement (``historyServerOptions``, ``networkPolicy``,
+``tlsOptions``, ``enableIngress``/``ingressOptions``, ``upgradeStrategy.type:
+Recreate``): the API accepts them, so KubeRay YAML applies, and the reconciler
+**refuses** them (``InvalidRayClusterSpec``, the field named) instead of storing and
+ignoring them. ``authOptions`` (:class:`AuthOptions`, Ray token authentication) is
+typed and implemented.
 
 Status: ``state`` (``ready``, ``suspended``; ``failed`` is deprecated) and
 ``conditions`` (types in :class:`ConditionType`) with worker counts, desired
@@ -61,6 +62,7 @@ from api.v1 import groupversion, meta
 from runtime.client import resources
 
 __all__ = [
+    "AuthOptions",
     "ClusterState",
     "ConditionType",
     "HeadGroupSpec",
@@ -165,6 +167,21 @@ class RayClusterUpgradeStrategy(meta.Model):
     and recreate them) is refused by this operator, which does not implement it."""
 
 
+class AuthOptions(meta.Model):
+    """Ray's token authentication for the cluster (KubeRay v1.6+): the dashboard, GCS and
+    every Ray API refuse requests without the cluster's token."""
+
+    mode: Literal["disabled", "token"] | None = None
+    """``token`` turns authentication on (Ray 2.52.0 or later); ``disabled`` or unset
+    leaves it off."""
+    secret_name: str | None = None
+    """A Secret of the cluster's namespace holding the token under the key ``auth_token``;
+    unset: the operator creates the Secret ``<cluster>`` with a random token."""
+    enable_k8s_token_auth: bool | None = None
+    """Ray checks Kubernetes ServiceAccount tokens instead of a shared one (Ray 2.55.0 or
+    later; not for a RayService's cluster)."""
+
+
 class RayClusterSpec(meta.Model):
     """The desired state of a RayCluster (also a RayService's ``rayClusterConfig``)."""
 
@@ -188,8 +205,8 @@ class RayClusterSpec(meta.Model):
     """KubeRay autoscaler sidecar options (image, resources, idle timeout, version)."""
     gcs_fault_tolerance_options: meta.RawObject | None = None
     """KubeRay GCS fault tolerance options (Redis address, password, storage namespace)."""
-    auth_options: meta.RawObject | None = None
-    """KubeRay authentication options: refused unless ``{mode: disabled}`` (not implemented)."""
+    auth_options: AuthOptions | None = None
+    """Ray token authentication (``mode: token``)."""
     history_server_options: meta.RawObject | None = None
     """KubeRay history server options: refused when set (not implemented)."""
     network_policy: meta.RawObject | None = None

@@ -11,9 +11,10 @@ status, and no request at all once a cluster has converged.
 
 :func:`setup` wires the reconciler to a manager: it reconciles RayClusters on
 changes to their spec, labels or annotations (its own status writes and
-metadata noise do not wake it) and on any change to the pods and services it
-controls. :data:`RBAC` is what it needs in the API server
-(``config/rbac/role.yaml`` is generated from it).
+metadata noise do not wake it) and on any change to the pods, services and token
+Secrets it controls (a deleted token Secret is made again, as KubeRay does).
+:data:`RBAC` is what it needs in the API server (``config/rbac/role.yaml`` is
+generated from it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import api.v1 as v1
 from controllers import rbac
-from controllers.raycluster import pods, services
+from controllers.raycluster import auth, pods, services
 from controllers.raycluster import reconciler as reconciler_
 from runtime import builder, predicate
 from runtime import controller as controller_
@@ -71,6 +72,7 @@ def setup(
         .for_(v1.RAYCLUSTERS, predicates=(predicate.spec_or_metadata_changed,))
         .owns(pods.PODS, delay=child_event_delay)
         .owns(services.SERVICES, delay=child_event_delay)
+        .owns(auth.SECRETS, delay=child_event_delay)
         .with_options(
             max_concurrent_reconciles=max_concurrent_reconciles,
             skip_name_validation=skip_name_validation,

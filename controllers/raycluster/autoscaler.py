@@ -8,10 +8,12 @@ With ``spec.enableInTreeAutoscaling: true`` KubeRay
   $(RAY_CLUSTER_NAME) --cluster-namespace $(RAY_CLUSTER_NAMESPACE)"``, env
   ``RAY_CLUSTER_NAME`` (the pod's ``ray.io/cluster`` label), ``RAY_CLUSTER_NAMESPACE``,
   ``RAY_HEAD_POD_NAME`` (downward API) and ``KUBERAY_CRD_VER=v1``, 500m CPU and 512Mi
-  (requests = limits). ``autoscalerOptions`` override the image, pull policy,
-  resources (replaced as a whole) and security context, and append env, envFrom and
-  volume mounts. ``idleTimeoutSeconds`` and ``upscalingMode`` are read by the
-  autoscaler itself from the RayCluster, not put into the pod;
+  (requests = limits); with token authentication (KubeRay v1.6+) also the auth env vars
+  (:func:`controllers.raycluster.auth.configure_container`). ``autoscalerOptions``
+  override the image, pull policy, resources (replaced as a whole) and security context,
+  and append env, envFrom and volume mounts. ``idleTimeoutSeconds`` and
+  ``upscalingMode`` are read by the autoscaler itself from the RayCluster, not put into
+  the pod;
 - shares an ``emptyDir`` ``ray-logs`` at ``/tmp/ray`` between the Ray container and
   the sidecar (:data:`LOG_VOLUME`; the pod builder adds it);
 - sets the head pod's ``serviceAccountName`` (:func:`service_account_name`);
@@ -38,7 +40,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from api import v1
-from controllers.raycluster import names
+from controllers.raycluster import auth, names
 from runtime.client import resources
 
 __all__ = [
@@ -104,6 +106,8 @@ def sidecar(cluster: v1.RayCluster, ray_image: Any) -> dict[str, Any]:
             "requests": {"cpu": "500m", "memory": "512Mi"},
         },
     }
+    if auth.token_enabled(cluster.spec):  # before the user's options, as KubeRay v1.7.0
+        auth.configure_container(cluster, container)
     options = copy.deepcopy(cluster.spec.autoscaler_options or {})
     for key in ("resources", "image", "imagePullPolicy", "securityContext"):
         if options.get(key) is not None:

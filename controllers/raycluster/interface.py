@@ -20,9 +20,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from api import v1
-from controllers.raycluster import names, pods, services, status, validation
+from controllers.raycluster import auth, names, pods, services, status, validation
 
 __all__ = [
+    "AUTH_SECRET_SELECTOR",
+    "AUTH_TOKEN_KEY",
     "CACHE_SELECTOR",
     "CLUSTER_LABEL",
     "CREATED_BY",
@@ -34,9 +36,11 @@ __all__ = [
     "ORIGINATED_FROM_CRD_LABEL",
     "ORIGINATED_FROM_NAME_LABEL",
     "PODS",
+    "SECRETS",
     "SERVE_LABEL",
     "SERVE_PORT_NAME",
     "SERVICES",
+    "auth_secret_name",
     "has_serve_port",
     "head_service",
     "head_service_name",
@@ -52,6 +56,11 @@ __all__ = [
 PODS = pods.PODS
 CACHE_SELECTOR = pods.CACHE_SELECTOR
 SERVICES = services.SERVICES
+SECRETS = auth.SECRETS
+AUTH_TOKEN_KEY = auth.TOKEN_KEY
+AUTH_SECRET_SELECTOR = names.CLUSTER_LABEL
+"""The Secrets the manager's cache holds: those labelled ``ray.io/cluster`` (the token
+Secrets the RayCluster controller creates, and KubeRay too), not every Secret."""
 
 CLUSTER_LABEL = names.CLUSTER_LABEL
 NODE_TYPE_LABEL = names.NODE_TYPE_LABEL
@@ -88,6 +97,21 @@ def _model(cluster: Mapping[str, Any]) -> v1.RayCluster:
     return v1.RayCluster.model_validate(
         {"metadata": dict(meta) if isinstance(meta, Mapping) else {}, "spec": spec}
     )
+
+
+def auth_secret_name(cluster: Mapping[str, Any]) -> str | None:
+    """The Secret holding the raw ``cluster``'s Ray auth token (key :data:`AUTH_TOKEN_KEY`),
+    or None when its dashboard takes no token (``authOptions.mode`` is not ``token``).
+
+    >>> auth_secret_name({"metadata": {"name": "demo"}, "spec": {"authOptions": {
+    ...     "mode": "token"}, "headGroupSpec": {"template": {}}}})
+    'demo'
+    """
+    options = (cluster.get("spec") or {}).get("authOptions")
+    if not isinstance(options, Mapping) or options.get("mode") != "token":
+        return None  # the common case, without building the model on every poll
+    model = _model(cluster)
+    return auth.secret_name(model) if auth.token_enabled(model.spec) else None
 
 
 def head_service(cluster: Mapping[str, Any], *, created_by: str = CREATED_BY) -> dict[str, Any]:

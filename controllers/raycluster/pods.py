@@ -56,6 +56,11 @@ What KubeRay does to the pod template, and so what these builders do, in order:
 9. **autoscaler** (``enableInTreeAutoscaling``): :mod:`~controllers.raycluster.autoscaler`
    adds the sidecar, ``serviceAccountName`` and a shared ``/tmp/ray`` volume; with
    ``autoscalerOptions.version: v2`` every pod gets ``restartPolicy: Never``.
+10. **token authentication** (``authOptions.mode: token``, KubeRay v1.6+; as v1.7.0):
+    :func:`controllers.raycluster.auth.configure_pod` adds ``RAY_AUTH_MODE`` and
+    ``RAY_AUTH_TOKEN`` (or the Kubernetes token auth settings) to the Ray container, the
+    ``wait-gcs-ready`` init container and the autoscaler sidecar, after the GCS fault
+    tolerance settings and before the env vars of step 4.
 
 Out of scope (KubeRay operator-level switches, left at their defaults):
 ``ENABLE_INIT_CONTAINER_INJECTION``, ``ENABLE_PROBES_INJECTION`` (both on),
@@ -98,7 +103,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from api import v1
-from controllers.raycluster import autoscaler, names
+from controllers.raycluster import auth, autoscaler, names
 from runtime import quantity
 from runtime.client import resources
 
@@ -303,6 +308,7 @@ def head_pod(
             pod_spec["restartPolicy"] = "Never"
     _fault_tolerance(cluster, HEAD, ray, annotations, params)
     _ensure_metrics_port(ray)
+    auth.configure_pod(cluster, pod_spec)
 
     pod = _pod(meta, annotations, pod_spec)
     _finish(
@@ -375,6 +381,7 @@ def worker_pod(
     _ensure_metrics_port(ray)
     if autoscaler.enabled(cluster) and autoscaler.is_v2(cluster):
         pod_spec["restartPolicy"] = "Never"
+    auth.configure_pod(cluster, pod_spec)
 
     pod = _pod(meta, annotations, pod_spec)
     _finish(cluster, pod, WORKER, params, port=port, fqdn=fqdn, with_autoscaler=False)

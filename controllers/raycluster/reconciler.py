@@ -14,7 +14,13 @@ the cache (never from the API server), and in KubeRay v1.5.0's order:
    the message, one Warning Event, and a :class:`~runtime.reconcile.TerminalError`
    - no retry until the spec changes;
 3. with ``enableInTreeAutoscaling``, creates the autoscaler's ServiceAccount,
-   Role and RoleBinding; creates the head service (and the serve service when
+   Role and RoleBinding; with token authentication (``authOptions``, KubeRay v1.6+),
+   the Secret ``<cluster>`` holding a random token
+   (:func:`controllers.raycluster.auth.generated_secret`: not with ``mode: disabled``,
+   ``secretName`` or Kubernetes token auth), through the cache, which holds the Secrets
+   labelled ``ray.io/cluster`` (an unlabelled Secret of that name is not seen: its
+   create fails with AlreadyExists, which is ignored, and the pods use it); creates the
+   head service (and the serve service when
    the ``ray.io/enable-serve-service`` annotation is ``true``). Owned objects
    are created when missing through :func:`runtime.objects.create_or_update`
    and, as KubeRay does, never rewritten afterwards: an existing object is never
@@ -67,7 +73,7 @@ import structlog
 
 import api.v1 as v1
 from api.v1 import raycluster as raycluster_
-from controllers.raycluster import autoscaler, names, pods, services, validation
+from controllers.raycluster import auth, autoscaler, names, pods, services, validation
 from controllers.raycluster import status as status_
 from runtime import clock, events, objects, reconcile
 from runtime import status as runtime_status
@@ -269,6 +275,9 @@ class Reconciler:
     async def _owned_objects(self, obj: Obj, cluster: v1.RayCluster) -> None:
         created_by = self.options.created_by
         await self._autoscaler_rbac(obj, cluster)
+        secret = auth.generated_secret(cluster)
+        if secret is not None:  # before the pods, whose env refers to it
+            await self._ensure(obj, auth.SECRETS, secret)
         await self._ensure(
             obj, services.SERVICES, services.head_service(cluster, created_by=created_by)
         )

@@ -4,7 +4,8 @@
 KubeRay's ``ValidateRayClusterMetadata`` and ``ValidateRayClusterSpec`` (all of
 them, not only the first), its admission webhook's unique group names, and the
 few checks KubeRay leaves to the API server that are certain to fail (a group name
-that is no label value, a serve service without a ``serve`` port). A non-empty list
+that is no label value, a serve service without a ``serve`` port), and KubeRay v1.7.0's
+``authOptions`` rules (:func:`controllers.raycluster.auth.problems`). A non-empty list
 means "fix the spec": the reconciler reports it and does not retry.
 
 **Service templates** (``headGroupSpec.headService``, a RayService's ``serveService``;
@@ -37,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from api import v1
-from controllers.raycluster import names
+from controllers.raycluster import auth, names
 
 __all__ = ["SERVICE_TYPES", "problems", "service_template_problems"]
 
@@ -248,6 +249,7 @@ def _spec_problems(cluster: v1.RayCluster) -> list[str]:
             "cannot set a redis username in rayStartParams or environment variables; "
             "use gcsFaultToleranceOptions.redisUsername"
         )
+    found += auth.problems(spec)
     found += _unsupported_problems(cluster)
     found += _autoscaler_problems(cluster, head_env)
     if str(
@@ -267,11 +269,6 @@ def _unsupported_problems(cluster: v1.RayCluster) -> list[str]:
     spec = cluster.spec
     head = spec.head_group_spec
     found = []
-    if spec.auth_options and spec.auth_options != {"mode": "disabled"}:
-        found.append(
-            "authOptions is not supported by this operator yet (token authentication would "
-            "be silently off); remove it, or set it to {mode: disabled}"
-        )
     unsupported = {
         "tlsOptions": spec.tls_options,
         "networkPolicy": spec.network_policy,

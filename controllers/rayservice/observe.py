@@ -24,7 +24,10 @@ Ray dashboard. It writes nothing. What it found is:
   through what the RayCluster controls: in the ``service`` and ``kubernetes-proxy``
   modes its head Service must be controlled by the cluster, not an ``ExternalName``,
   and select the cluster's head pod; otherwise nothing is sent and the view's
-  ``failure`` says why.
+  ``failure`` says why. With token authentication (``authOptions.mode: token``) every
+  dashboard request carries the cluster's token (:mod:`controllers.rayservice.tokens`);
+  a token that cannot be read is the view's ``failure``, and nothing is sent. The Serve
+  proxy's ``/-/healthz`` takes no token (Ray does not guard its Serve proxy).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 import api.v1 as v1
 from controllers.ray import dashboard, serveconfig
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters, services, validation
+from controllers.rayservice import clusters, services, tokens, validation
 from controllers.rayservice import plan as plan_
 from runtime import objects
 from runtime.cache import cache as cache_
@@ -54,6 +57,7 @@ async def observe(
     *,
     cache: cache_.Cache,
     dashboards: dashboard.DashboardFactory,
+    tokens: tokens.Tokens,
     address_mode: dashboard.Mode,
     cluster_domain: str,
     now: datetime.datetime,
@@ -112,6 +116,7 @@ async def observe(
         view = await _serve_view(
             cache,
             dashboards,
+            tokens,
             decided.target,
             service,
             checked.serve_config,
@@ -212,6 +217,7 @@ async def _serving_head(
 async def _serve_view(
     cache: cache_.Cache,
     dashboards: dashboard.DashboardFactory,
+    auth: tokens.Tokens,
     cluster: Mapping[str, Any],
     service: Mapping[str, Any],
     serve_config: Mapping[str, Any],
@@ -246,11 +252,18 @@ async def _serve_view(
         )
     except ValueError:
         return None  # no IP yet (pod-ip mode)
-    client = dashboards.client_for(address)
+    try:
+        token = await auth.token_for(cluster)
+    except tokens.TokenUnavailable as exc:
+        failure = plan_.ServeFailed(f"cannot read Serve applications of {name}: {exc}")
+        return plan_.ServeView(cluster=name, head=head, failure=failure)
+    client = dashboards.client_for(address, auth_token=token)
     started = time.monotonic()
     try:
         details = await client.get_serve_applications()
     except dashboard.DashboardError as exc:
+        if isinstance(exc, dashboard.DashboardHTTPError) and exc.status in (401, 403):
+            auth.forget(cluster)  # a rotated Secret: read it again next pass
         failure = plan_.ServeFailed(f"cannot read Serve applications of {name}: {exc}")
         return plan_.ServeView(
             cluster=name, head=head, failure=failure, spent=time.monotonic() - started

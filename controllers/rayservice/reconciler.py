@@ -101,7 +101,7 @@ import structlog
 import api.v1 as v1
 from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import act, clusters, observe
+from controllers.rayservice import act, clusters, observe, tokens
 from controllers.rayservice import plan as plan_
 from controllers.rayservice import status as status_
 from runtime import clock, events, objects
@@ -184,6 +184,7 @@ class Reconciler:
             latest=cache,  # a spec update meanwhile: STALE at once, not a 409
         )
         self.executor = act.Executor(client, recorder, self.writer)
+        self.tokens = tokens.Tokens(client, cache)
         self.log = structlog.get_logger("controllers.rayservice")
         self._memory: dict[reconcile_.Request, plan_.Memory] = {}
         """Hints per RayService (:class:`controllers.rayservice.plan.Memory`)."""
@@ -211,6 +212,7 @@ class Reconciler:
             service,
             cache=self.cache,
             dashboards=self.dashboards,
+            tokens=self.tokens,
             address_mode=self.options.address_mode,
             cluster_domain=self.options.cluster_domain,
             now=now,

@@ -19,6 +19,8 @@ to Ray Serve or on every reconcile:
   always ``<name>-head-svc``), and a serve port: when the head container lists
   ports, one must be named ``serve`` (or ``spec.serveService`` must have one),
   else KubeRay refuses to build the serve service;
+- ``spec.rayClusterConfig.authOptions.enableK8sTokenAuth``: not true (KubeRay v1.7.0
+  supports Kubernetes token authentication only for a standalone RayCluster);
 - ``spec.upgradeStrategy.type``: ``NewCluster`` or ``None`` (or unset).
   ``NewClusterWithIncrementalUpgrade`` is valid for KubeRay but **not supported by
   this operator**, and is reported as such;
@@ -339,7 +341,13 @@ def _cluster_problems(service: Mapping[str, Any], name_ok: bool) -> list[str]:
         cluster = v1.RayCluster.model_validate(cluster_obj)
     except pydantic.ValidationError as exc:
         return v1.meta.error_messages(exc, root="spec.rayClusterConfig", under="spec")
-    found = [f"spec.rayClusterConfig: {p}" for p in raycluster.problems(cluster)]
+    found = []
+    if cluster.spec.auth_options is not None and cluster.spec.auth_options.enable_k8s_token_auth:
+        found.append(
+            "spec.rayClusterConfig.authOptions.enableK8sTokenAuth is not supported for a "
+            "RayService (as in KubeRay): use mode 'token' with the generated or a named Secret"
+        )
+    found += [f"spec.rayClusterConfig: {p}" for p in raycluster.problems(cluster)]
     head_service = cluster.spec.head_group_spec.head_service or {}
     custom = (head_service.get("metadata") or {}).get("name")
     if custom:

@@ -18,6 +18,10 @@ hash, so the operator builds a second cluster, and keeps the pods' real ``ray``
 (``rayVersion`` is only a label for the operator, but bumping it would claim a Ray the
 harness does not run).
 
+With ``authOptions: {mode: token}`` the operator serves real Ray in token mode (the token
+from the Secret it made, in the pod-ip and kubernetes-proxy modes), and that Ray refuses
+dashboard requests without the token.
+
 Ray comes from ``make ray`` (hack/realray/install.sh); without it this fails saying so,
 never skips. A failing test's captured output carries the real pods' log tails.
 """
@@ -25,6 +29,7 @@ never skips. A failing test's captured output carries the real pods' log tails.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ipaddress
 import json
@@ -37,7 +42,7 @@ import aiohttp
 import pytest
 
 from runtime.client import client as client_
-from runtime.client import errors
+from runtime.client import errors, resources
 from tests.e2e import harness, rayservices
 from tests.support import realray
 
@@ -323,3 +328,82 @@ async def test_real_ray_serves_and_a_zero_downtime_upgrade_loses_no_request(
         assert old_head.pids() == []
         assert new_head.alive()
         assert t.ok >= 40
+
+
+# -- token authentication ------------------------------------------------------------------------
+
+SECRETS = resources.default_registry.for_kind("v1", "Secret")
+APPLICATIONS = "/api/serve/applications/?api_type=declarative"
+
+
+async def dashboard_get(
+    world: harness.World, real: realray.RealPod, path: str, token: str | None
+) -> tuple[int, str]:
+    """(status, body) of a GET to the real head's dashboard, with ``x-ray-authorization:
+    Bearer <token>`` when ``token`` is given (KubeRay's header, the one the operator sends)."""
+    assert world.pod_cidr is not None
+    assert ipaddress.ip_address(real.ip) in world.pod_cidr
+    real.verify()
+    headers = {"x-ray-authorization": f"Bearer {token}"} if token is not None else {}
+    timeout = aiohttp.ClientTimeout(total=10, connect=3)
+    async with (
+        aiohttp.ClientSession(timeout=timeout, trust_env=False) as http,
+        http.get(f"http://{real.ip}:8265{path}", headers=headers) as response,
+    ):
+        return response.status, await response.text()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", ["pod-ip", "kubernetes-proxy"])
+async def test_real_ray_with_token_auth_is_served_by_the_operator_and_refuses_others(
+    world: harness.World,
+    api: client_.Client,
+    namespace: str,
+    managers: harness.Managers,
+    kubelet: Kubelet,
+    mode: str,
+) -> None:
+    """``authOptions: {mode: token}`` on real Ray 2.60: the operator makes the token Secret,
+    the pods run Ray in token mode, and the operator reads and deploys Serve with the token
+    (the RayService turns Ready with its application RUNNING); the same dashboard refuses a
+    request without the token (401) and with a wrong one (403)."""
+    with kubelet.on_failure():
+        await managers.start(mode).wait_leading()
+        obj = rayservice(namespace)
+        obj["spec"]["rayClusterConfig"]["authOptions"] = {"mode": "token"}
+        await api.create(obj)
+        obj = await rayservices.wait_ready(api, namespace, NAME, within=240)
+        assert rayservices.apps(obj) == {"greet": "RUNNING"}
+        assert not kubelet.errors, kubelet.errors
+        cluster = rayservices.active_cluster(obj)
+        assert cluster is not None
+
+        # The Secret the RayCluster controller made: <cluster>, controlled by the cluster.
+        secret = await api.get(SECRETS, namespace, cluster)
+        owner = await api.get(harness.RAYCLUSTERS, namespace, cluster)
+        [ref] = secret["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["uid"]) == ("RayCluster", owner["metadata"]["uid"])
+        token = base64.b64decode(secret["data"]["auth_token"]).decode()
+        assert len(base64.b64decode(token)) == 32
+
+        # The head runs Ray with RAY_AUTH_MODE=token and the Secret's token.
+        pod = await head_pod(api, namespace, cluster)
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RAY_AUTH_MODE"]["value"] == "token"
+        ref_to = env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+        assert ref_to == {"name": cluster, "key": "auth_token"}
+        real = kubelet.by_name(pod["metadata"]["name"])
+
+        # Real Ray guards its dashboard: no token 401, a wrong one 403, the token 200.
+        status, body = await dashboard_get(world, real, APPLICATIONS, None)
+        assert status == 401, (status, body)
+        status, body = await dashboard_get(world, real, APPLICATIONS, "not-the-token")
+        assert status == 403, (status, body)
+        status, body = await dashboard_get(world, real, APPLICATIONS, token)
+        assert status == 200, (status, body)
+        assert json.loads(body)["applications"]["greet"]["status"] == "RUNNING"
+        status, body = await dashboard_get(world, real, "/api/version", token)
+        assert json.loads(body)["ray_version"] == "2.60.0", body
+        # Serve's own proxy takes traffic without a token (Ray does not guard it).
+        assert await fetch(world, real, 8000, "/greet") == (200, ANSWER)
+        assert not kubelet.errors, kubelet.errors

@@ -26,6 +26,15 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
 - apiGroups:
   - ''
   resources:
+  - secrets
+  verbs:
+  - create
+  - get
+  - list
+  - watch
+- apiGroups:
+  - ''
+  resources:
   - serviceaccounts
   verbs:
   - create

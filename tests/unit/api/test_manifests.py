@@ -288,7 +288,9 @@ def test_role_is_the_merged_declarations() -> None:
     assert granted[("events.k8s.io", "events")] == {"create", "patch"}
     assert ("", "events") not in granted, "Events go to events.k8s.io/v1 only"
     assert not any("*" in verbs for verbs in granted.values())
-    assert ("", "secrets") not in granted
+    # token auth: the labelled token Secrets cached, created; a user's named one by GET.
+    # Never update or delete (a token Secret is never rewritten; the GC removes it).
+    assert granted[("", "secrets")] == {"get", "list", "watch", "create"}
     declared = {(r.group, r.resource) for rules in rbac.DECLARATIONS.values() for r in rules}
     assert set(granted) == declared
 

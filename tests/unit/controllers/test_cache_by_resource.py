@@ -1,15 +1,17 @@
 """``controllers.cache_by_resource``: the manager's cache holds Ray pods only, and every pod
-the RayCluster builders make is one of them (else the operator would not see its own pods)."""
+the RayCluster builders make is one of them (else the operator would not see its own pods);
+of the Secrets only the token Secrets the RayCluster controller makes."""
 
 from __future__ import annotations
 
 import controllers
 from api import v1
-from controllers.raycluster import pods
+from controllers.raycluster import auth, pods
 from runtime.cache import selector
 from runtime.client import resources
 
 POD = resources.default_registry.for_kind("v1", "Pod")
+SECRET = resources.default_registry.for_kind("v1", "Secret")
 
 
 def cluster(labels: dict[str, str]) -> v1.RayCluster:
@@ -22,9 +24,11 @@ def cluster(labels: dict[str, str]) -> v1.RayCluster:
     })  # fmt: skip
 
 
-def test_pods_are_filtered_as_kuberay_v1_7_does_and_nothing_else_is() -> None:
+def test_pods_are_filtered_as_kuberay_v1_7_does_and_secrets_more_than_it_does() -> None:
     by = controllers.cache_by_resource()
-    assert list(by) == [POD]
+    assert list(by) == [POD, SECRET]
+    assert by[SECRET].label_selector == "ray.io/cluster"
+    assert by[SECRET].transform is None
     assert by[POD].label_selector == "ray.io/node-type in (head,worker,redis-cleanup)"
     assert by[POD].field_selector is None
     assert by[POD].transform is None, "the default transform (managedFields dropped) only"
@@ -42,3 +46,17 @@ def test_every_pod_we_build_is_in_the_cache_and_other_pods_are_not() -> None:
     assert not sel.matches({"app": "web"})
     assert not sel.matches({"ray.io/cluster": "demo"}), "a cluster label alone is not enough"
     assert not sel.matches({"ray.io/node-type": "other"})
+
+
+def test_the_token_secret_we_make_is_in_the_cache_and_other_secrets_are_not() -> None:
+    sel = selector.parse(controllers.cache_by_resource()[SECRET].label_selector or "")
+    c = v1.RayCluster.model_validate({
+        "metadata": {"name": "demo", "namespace": "ns"},
+        "spec": {"rayVersion": "2.60.0", "authOptions": {"mode": "token"},
+                 "headGroupSpec": {"template": {}}},
+    })  # fmt: skip
+    secret = auth.generated_secret(c)
+    assert secret is not None
+    assert sel.matches(secret["metadata"]["labels"])
+    assert not sel.matches({}), "a Secret without the label (a user's, a token) stays out"
+    assert not sel.matches({"app": "web"})

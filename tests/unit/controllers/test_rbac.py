@@ -2,14 +2,16 @@
 reason the API server imposes (named below).
 
 Both reconcilers run on one recording fake client through a RayService's life (created,
-served, upgraded, old cluster deleted, deleted) and an autoscaled RayCluster's (its
-RBAC objects, scaled down); the kubernetes-proxy dashboard runs against a stand-in API
-server. What they asked for is compared with ``config/rbac/role.yaml`` and the proxy
-role: a granted verb nobody uses fails here, so least privilege cannot rot.
+served, upgraded, old cluster deleted, deleted), an autoscaled RayCluster's (its
+RBAC objects, scaled down) and a token-auth RayCluster's (its token Secret, and a user's
+named token Secret read for the dashboard); the kubernetes-proxy dashboard runs against a
+stand-in API server. What they asked for is compared with ``config/rbac/role.yaml`` and
+the proxy role: a granted verb nobody uses fails here, so least privilege cannot rot.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 from typing import Any
@@ -20,6 +22,7 @@ from aiohttp import web
 import api.v1 as v1
 from controllers.ray import dashboard
 from controllers.raycluster import reconciler as raycluster_reconciler
+from controllers.rayservice import tokens
 from runtime import reconcile
 from runtime.client import resources
 from tests.unit import helpers
@@ -158,6 +161,23 @@ async def _life(env: Env, op: Operator) -> None:
     await env.client.update(cluster)
     await env.synced()
     await op.cluster("auto")
+    # token auth: the RayCluster controller makes the token Secret (the cache lists and
+    # watches the labelled ones); a user's named Secret is read by GET for the dashboard
+    tok = rayservice()["spec"]["rayClusterConfig"]
+    tok["authOptions"] = {"mode": "token"}
+    await env.client.create(
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+         "metadata": {"name": "tok", "namespace": "ns"}, "spec": tok}
+    )  # fmt: skip
+    await env.synced()
+    await op.cluster("tok")
+    await env.client.create(
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mine", "namespace": "ns"},
+         "data": {"auth_token": base64.b64encode(b"t").decode()}}
+    )  # fmt: skip
+    named = {"metadata": {"name": "tok", "namespace": "ns"},
+             "spec": {**tok, "authOptions": {"mode": "token", "secretName": "mine"}}}  # fmt: skip
+    await op._run(tokens.Tokens(env.client, env.cache).token_for(named))
     # the same Warning twice: the recorder aggregates it with a patch
     for _ in range(2):
         env.recorder.event(await env.service(), "Warning", "Same", "the same message")
