@@ -1,6 +1,6 @@
 """Names and labels of everything the RayCluster controller creates.
 
-The rules are KubeRay v1.5.0's, so a cluster moved from KubeRay gets objects of the
+The rules are KubeRay v1.7.0's, so a cluster moved from KubeRay gets objects of the
 same names:
 
 - **head service** ``<cluster>-head-svc``, or ``headGroupSpec.headService.metadata.name``
