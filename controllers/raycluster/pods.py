@@ -809,11 +809,16 @@ def _probes(
 
 
 def _port_param(params: Mapping[str, str], key: str, default: int) -> int:
-    """A port from ``rayStartParams`` when it is a 32-bit integer, else ``default``."""
-    try:
-        port = int(str(params.get(key, "")).strip())
-    except ValueError:
+    """A port from ``rayStartParams`` when it is a 32-bit integer (Go's ``ParseInt``: an
+    optional sign, digits, nothing else), else ``default``.
+
+    >>> _port_param({"p": "9999"}, "p", 1), _port_param({"p": " 9999"}, "p", 1)
+    (9999, 1)
+    """
+    text = str(params.get(key, ""))
+    if re.fullmatch(r"[+-]?[0-9]+", text) is None:
         return default
+    port = int(text)
     return port if -(2**31) <= port < 2**31 else default
 
 
