@@ -181,3 +181,51 @@ def test_gcs_ft_storage_namespace_is_the_cluster_uid_placeholder(stem: str) -> N
     ]
     head = document["created"]["pods"][0]
     assert head["metadata"]["annotations"]["ray.io/external-storage-namespace"] == "<uid>"
+
+
+# --- the recorder's own choices (hack/golden/kuberay_objects.py, loaded from its path) -----
+
+
+def recorder() -> Any:
+    import doctest
+    import importlib.util
+    import sys
+
+    path = helpers.ROOT / "hack" / "golden" / "kuberay_objects.py"
+    spec = importlib.util.spec_from_file_location("kuberay_objects_under_test", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    failed, _ = doctest.testmod(module)
+    assert failed == 0
+    return module
+
+
+def test_recorder_takes_binary_crds_and_samples_from_flags_or_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    module = recorder()
+    runs: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(module, "run", lambda peer, out: runs.append((peer, out)))
+    monkeypatch.setenv("KUBERAY_BIN", "/env/bin")
+    monkeypatch.setenv("KUBERAY_CRDS", "/env/crds")
+    monkeypatch.delenv("KUBERAY_SAMPLES", raising=False)
+    monkeypatch.delenv("KUBERAY_VERSION", raising=False)
+    assert module.main(["--kuberay-samples", str(tmp_path)]) == 0
+    peer, out = runs[-1]
+    assert peer.version == VERSION == module.KUBERAY_VERSION
+    assert (str(peer.binary), str(peer.crds), peer.samples) == ("/env/bin", "/env/crds", tmp_path)
+    assert out == helpers.TESTDATA / f"kuberay-{VERSION}"
+    assert module.main(["--kuberay-bin", "/flag/bin", "--kuberay-version", "v1.5.0"]) == 0
+    peer, out = runs[-1]
+    assert (str(peer.binary), peer.version, out.name) == ("/flag/bin", "v1.5.0", "kuberay-v1.5.0")
+
+
+def test_recorder_sample_lists_per_version() -> None:
+    module = recorder()
+    assert set(module.SAMPLES["v1.5.0"]) < set(module.SAMPLES["v1.7.0"])
+    recorded = {f"config/samples/{n}" for n in module.SAMPLES["v1.7.0"]}
+    recorded |= set(module.OWN_SAMPLES["v1.7.0"])
+    assert recorded == set(SAMPLES.values())
