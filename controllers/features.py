@@ -17,7 +17,7 @@ caller can say so in one line at start-up.
 (False, True)
 >>> gates.without_effect()  # doctest: +NORMALIZE_WHITESPACE
 ['RayClusterStatusConditions=false', 'RayCronJob=true', 'RayJobDeletionPolicy=true',
- 'RayMultiHostIndexing=true', 'RayServiceIncrementalUpgrade=true']
+ 'RayServiceIncrementalUpgrade=true']
 >>> parse("NoSuchGate=true")
 Traceback (most recent call last):
 ...
@@ -59,9 +59,11 @@ DEFAULTS: Mapping[str, Gate] = {
 BEHAVES_AS: Mapping[str, bool] = {
     **{name: False for name in DEFAULTS},
     "RayClusterStatusConditions": True,
+    "RayMultiHostIndexing": True,
 }
 """What this operator does, as a gate value, whatever the gate says: RayCluster status
-conditions are always written; RayJobs, RayCronJobs, multi-host replica indexing,
+conditions are always written and worker pods always carry the replica labels (whole
+multi-host replicas are created and deleted together); RayJobs, RayCronJobs,
 incremental upgrades, network policies, mTLS, the history server, embedded GCS storage
 and the Kubernetes WAS scheduler are not implemented."""
 

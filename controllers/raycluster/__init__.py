@@ -1,4 +1,4 @@
-"""The RayCluster controller: the pods and services KubeRay v1.5.0 would make, an honest
+"""The RayCluster controller: the pods and services KubeRay v1.7.0 would make, an honest
 status, and no request at all once a cluster has converged.
 
 - :mod:`controllers.raycluster.names`: generated names and the problems that make a

@@ -1,4 +1,4 @@
-"""The in-tree autoscaler: its head-pod sidecar and its RBAC, as KubeRay v1.5.0 builds them.
+"""The in-tree autoscaler: its head-pod sidecar and its RBAC, as KubeRay v1.7.0 builds them.
 
 With ``spec.enableInTreeAutoscaling: true`` KubeRay
 
@@ -7,18 +7,20 @@ With ``spec.enableInTreeAutoscaling: true`` KubeRay
   ``IfNotPresent``, ``/bin/bash -c -- "ray kuberay-autoscaler --cluster-name
   $(RAY_CLUSTER_NAME) --cluster-namespace $(RAY_CLUSTER_NAMESPACE)"``, env
   ``RAY_CLUSTER_NAME`` (the pod's ``ray.io/cluster`` label), ``RAY_CLUSTER_NAMESPACE``,
-  ``RAY_HEAD_POD_NAME`` (downward API) and ``KUBERAY_CRD_VER=v1``, 500m CPU and 512Mi
-  (requests = limits); with token authentication (KubeRay v1.6+) also the auth env vars
-  (:func:`controllers.raycluster.auth.configure_container`). ``autoscalerOptions``
-  override the image, pull policy, resources (replaced as a whole) and security context,
-  and append env, envFrom and volume mounts. ``idleTimeoutSeconds`` and
-  ``upscalingMode`` are read by the autoscaler itself from the RayCluster, not put into
-  the pod;
+  ``RAY_HEAD_POD_NAME`` (downward API), ``KUBERAY_CRD_VER=v1`` and
+  ``KUBERAY_GEN_AUTOSCALER_START_CMD`` (the generated command, for a user's own
+  ``args`` to run), 500m CPU and 512Mi (requests = limits); with token authentication
+  (KubeRay v1.6+) also the auth env vars (:func:`controllers.raycluster.auth.configure_container`).
+  ``autoscalerOptions`` override the image, pull policy, resources (replaced as a whole),
+  security context, command and args (each when non-empty), and append env, envFrom and
+  volume mounts. ``idleTimeoutSeconds`` and ``upscalingMode`` are read by the autoscaler
+  itself from the RayCluster, not put into the pod;
 - shares an ``emptyDir`` ``ray-logs`` at ``/tmp/ray`` between the Ray container and
   the sidecar (:data:`LOG_VOLUME`; the pod builder adds it);
 - sets the head pod's ``serviceAccountName`` (:func:`service_account_name`);
 - with ``autoscalerOptions.version: v2``: the head's Ray container gets
-  ``RAY_enable_autoscaler_v2=true`` and every pod ``restartPolicy: Never``;
+  ``RAY_enable_autoscaler_v2=true`` and every pod ``restartPolicy: Never``; with
+  ``version: v1`` (only when given) ``RAY_enable_autoscaler_v2=false``;
 - creates a ServiceAccount (only when the head template names none: a named one is
   the user's to create), a Role (pods: get, list, watch, patch; pods/resize: patch;
   rayclusters: get, patch) and a RoleBinding, all named after the cluster through
@@ -50,6 +52,7 @@ __all__ = [
     "ROLE_BINDINGS",
     "SERVICE_ACCOUNTS",
     "enabled",
+    "is_v1",
     "is_v2",
     "rbac_objects",
     "role",
@@ -79,6 +82,11 @@ def enabled(cluster: v1.RayCluster) -> bool:
     return bool(cluster.spec.enable_in_tree_autoscaling)
 
 
+def is_v1(cluster: v1.RayCluster) -> bool:
+    """Whether ``autoscalerOptions.version`` explicitly asks for autoscaler v1."""
+    return (cluster.spec.autoscaler_options or {}).get("version") == "v1"
+
+
 def is_v2(cluster: v1.RayCluster) -> bool:
     """Whether ``autoscalerOptions.version`` asks for autoscaler v2."""
     return (cluster.spec.autoscaler_options or {}).get("version") == "v2"
@@ -86,6 +94,10 @@ def is_v2(cluster: v1.RayCluster) -> bool:
 
 def sidecar(cluster: v1.RayCluster, ray_image: Any) -> dict[str, Any]:
     """The autoscaler container for the head pod (``ray_image``: the Ray container's image)."""
+    start = (
+        "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) "
+        "--cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
+    )
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": ray_image,
@@ -95,12 +107,10 @@ def sidecar(cluster: v1.RayCluster, ray_image: Any) -> dict[str, Any]:
             _field_env("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
             _field_env("RAY_HEAD_POD_NAME", "metadata.name"),
             {"name": "KUBERAY_CRD_VER", "value": "v1"},
+            {"name": "KUBERAY_GEN_AUTOSCALER_START_CMD", "value": start},
         ],
         "command": ["/bin/bash", "-c", "--"],
-        "args": [
-            "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) "
-            "--cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
-        ],
+        "args": [start],
         "resources": {
             "limits": {"cpu": "500m", "memory": "512Mi"},
             "requests": {"cpu": "500m", "memory": "512Mi"},
@@ -116,6 +126,9 @@ def sidecar(cluster: v1.RayCluster, ray_image: Any) -> dict[str, Any]:
         extra = options.get(key)
         if isinstance(extra, list) and extra:
             container[key] = [*container.get(key, []), *extra]
+    for key in ("command", "args"):
+        if isinstance(options.get(key), list) and options[key]:
+            container[key] = options[key]
     if not container.get("image"):
         container.pop("image", None)
     if not container.get("imagePullPolicy"):

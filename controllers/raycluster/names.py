@@ -1,6 +1,6 @@
 """Names and labels of everything the RayCluster controller creates.
 
-The rules are KubeRay v1.5.0's, so a cluster moved from KubeRay gets objects of the
+The rules are KubeRay v1.7.0's, so a cluster moved from KubeRay gets objects of the
 same names:
 
 - **head service** ``<cluster>-head-svc``, or ``headGroupSpec.headService.metadata.name``
@@ -53,6 +53,7 @@ __all__ = [
     "HOST_INDEX_LABEL",
     "IDENTIFIER_LABEL",
     "IS_RAY_NODE_LABEL",
+    "KUBERAY_VERSION_ANNOTATION",
     "MAX_CLUSTER_NAME_LENGTH",
     "NAME_LABEL",
     "NODE_TYPE_LABEL",
@@ -72,6 +73,7 @@ __all__ = [
     "head_service_name_for",
     "headless_service_name",
     "identifier",
+    "is_serving_port",
     "name_of",
     "namespace_of",
     "serve_service_name",
@@ -102,6 +104,7 @@ FT_ENABLED_ANNOTATION = "ray.io/ft-enabled"
 EXTERNAL_STORAGE_NS_ANNOTATION = "ray.io/external-storage-namespace"
 OVERWRITE_CONTAINER_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
 ENABLE_SERVE_SERVICE_ANNOTATION = "ray.io/enable-serve-service"
+KUBERAY_VERSION_ANNOTATION = "ray.io/kuberay-version"
 
 APP_NAME = "kuberay"
 """The value of ``app.kubernetes.io/name`` on everything created (KubeRay's)."""
@@ -213,12 +216,26 @@ def name_of(cluster: v1.RayCluster) -> str:
     return str(cluster.metadata.get("name") or "")
 
 
+def is_serving_port(name: Any) -> bool:
+    """Whether a port name is a Ray Serve one: ``serve``, or ``serve-<something>`` (KubeRay
+    v1.7.0, e.g. ``serve-grpc``).
+
+    >>> is_serving_port("serve"), is_serving_port("serve-grpc"), is_serving_port("server")
+    (True, True, False)
+    """
+    return isinstance(name, str) and (
+        name == SERVE_PORT_NAME or name.startswith(SERVE_PORT_NAME + "-")
+    )
+
+
 def has_serve_port(ports: Any) -> bool:
-    """Whether a list of container or Service ports has one named :data:`SERVE_PORT_NAME`.
+    """Whether a list of container or Service ports has a serving one (:func:`is_serving_port`).
 
     >>> has_serve_port([{"name": "serve", "containerPort": 8000}]), has_serve_port(None)
     (True, False)
+    >>> has_serve_port([{"name": "serve-grpc", "containerPort": 9000}])
+    True
     """
     return isinstance(ports, list) and any(
-        isinstance(port, Mapping) and port.get("name") == SERVE_PORT_NAME for port in ports
+        isinstance(port, Mapping) and is_serving_port(port.get("name")) for port in ports
     )

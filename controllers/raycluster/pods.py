@@ -1,4 +1,4 @@
-"""The head and worker pods of a RayCluster, exactly as KubeRay v1.5.0 builds them.
+"""The head and worker pods of a RayCluster, exactly as KubeRay v1.7.0 builds them.
 
 Pure functions: a :class:`api.v1.RayCluster` in, a Pod (plain camelCase JSON, ready to
 POST, with ``metadata.generateName`` and no owner reference: the reconciler sets
@@ -14,10 +14,16 @@ What KubeRay does to the pod template, and so what these builders do, in order:
    labels and the group's ``labels`` except the cluster, node type and group keys;
    on a RayService's cluster (the RayCluster label ``ray.io/originated-from-crd:
    RayService``) also ``ray.io/serve`` (``false`` on the head, ``true`` on
-   workers). Annotations: the template's, plus ``ray.io/ft-enabled`` on the head and
-   ``ray.io/overwrite-container-cmd`` when the RayCluster carries it.
+   workers); on workers the replica labels of KubeRay's ``RayMultiHostIndexing``
+   (:func:`replica_slots`). Annotations: the template's, plus ``ray.io/ft-enabled`` and
+   ``ray.io/kuberay-version`` on the head and ``ray.io/overwrite-container-cmd`` when the
+   RayCluster carries it. (KubeRay v1.7.0 also writes
+   ``ray.io/upgrade-strategy-recreate-hash`` on the head, a hash of Go's JSON of the
+   spec that nothing here can reproduce: it is left out, and KubeRay then skips its
+   ``Recreate`` check for that pod.)
 2. **the Ray container** is ``containers[0]``. Its command becomes ``/bin/bash -c --``
-   with the single argument ``ulimit -n 65536; ray start [--head] <flags>``, unless the
+   with the single argument ``ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start
+   [--head] <flags>``, unless the
    command or args already contain ``ray start`` or the overwrite annotation is
    ``true`` (then the user's command stays); a user command without ``ray start``
    runs first: ``<cmd> && ulimit ...``.
@@ -31,10 +37,12 @@ What KubeRay does to the pod template, and so what these builders do, in order:
    limit; ``--num-gpus`` from the first GPU limit; a TPU or Neuron-core limit goes into
    ``--resources``; ``--no-monitor`` with the autoscaler. Flags sorted by name, each
    written `` --name=value `` (``true``/``false`` values are bare switches, except
-   ``log-color`` and ``include-dashboard``), which is why the line has double spaces.
+   ``log-color``, ``include-dashboard`` and ``include-log-monitor``), which is why the
+   line has double spaces.
 4. **env** appended after the user's: ``FQ_RAY_IP``/``RAY_IP`` (workers),
-   ``RAY_CLUSTER_NAME``, ``RAY_CLOUD_INSTANCE_ID``, ``RAY_NODE_TYPE_NAME`` (downward
-   API), ``KUBERAY_GEN_RAY_START_CMD``, then, where the user did not set them,
+   ``RAY_CLUSTER_NAME``, ``RAY_CLUSTER_NAMESPACE``, ``RAY_CLOUD_INSTANCE_ID``,
+   ``RAY_NODE_TYPE_NAME`` (downward API), ``KUBERAY_GEN_RAY_START_CMD``, then, where the
+   user did not set them,
    ``RAY_PORT``, the RayService timeouts, ``RAY_ADDRESS``,
    ``RAY_USAGE_STATS_KUBERAY_IN_USE``, ``RAY_USAGE_STATS_EXTRA_TAGS`` (head, always),
    ``RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE``. GCS fault tolerance
@@ -42,20 +50,24 @@ What KubeRay does to the pod template, and so what these builders do, in order:
    settings to the head and a reconnect timeout to workers.
 5. **ports**: the template's, plus ``metrics: 8080`` when no port is named ``metrics``
    (KubeRay adds no other port, also not ``serve``).
-6. **probes**, each only when the user set none: exec ``bash -c`` with ``wget`` checks
-   of the raylet (``:52365/api/local_raylet_healthz``) and, on the head, the GCS
-   (``:8265/api/gcs_healthz``); readiness delay 10 s, period 5, failure 10; liveness
-   delay 30 s, period 5, failure 120; timeouts 5 s (head) / 2 s (workers). A RayService
-   worker's readiness probe also checks the serve proxy (``:<serve port>/-/healthz``)
-   and fails after 1 failure.
+6. **probes**, each only when the user set none: for ``rayVersion`` 2.53.0 and later
+   ``GET /api/healthz`` on the agent port, before that exec ``bash -c`` with ``wget``
+   checks of the raylet (``:<agent port>/api/local_raylet_healthz``) and, on the head,
+   the GCS (``:<dashboard port>/api/gcs_healthz``), the ports from ``rayStartParams``
+   (``dashboard-agent-listen-port``, 52365; ``dashboard-port``, 8265); readiness delay
+   10 s, period 5, failure 10; liveness delay 30 s, period 5, failure 120; timeouts 5 s
+   (head) / 2 s (workers). A RayService worker's readiness probe is always the ``wget``
+   checks plus the serve proxy's (``:<serve port>/-/healthz``) and fails after 1 failure.
 7. **volumes**: a memory ``emptyDir`` ``shared-mem`` at ``/dev/shm`` (size limit: the
-   container's memory limit, else request) unless something is mounted there.
+   container's memory limit, else request) unless something is mounted there or
+   ``rayStartParams`` has a ``plasma-directory``.
 8. **workers** get the init container ``wait-gcs-ready`` (the Ray container's image,
    pull policy, security context, env and mounts; 200m CPU, 256Mi; a ``ray
    health-check`` loop every 5 s); every init container gets ``FQ_RAY_IP``/``RAY_IP``.
 9. **autoscaler** (``enableInTreeAutoscaling``): :mod:`~controllers.raycluster.autoscaler`
    adds the sidecar, ``serviceAccountName`` and a shared ``/tmp/ray`` volume; with
-   ``autoscalerOptions.version: v2`` every pod gets ``restartPolicy: Never``.
+   ``autoscalerOptions.version: v2`` every pod gets ``restartPolicy: Never``, and the head
+   ``RAY_enable_autoscaler_v2`` (``true``, or ``false`` for an explicit ``v1``).
 10. **token authentication** (``authOptions.mode: token``, KubeRay v1.6+; as v1.7.0):
     :func:`controllers.raycluster.auth.configure_pod` adds ``RAY_AUTH_MODE`` and
     ``RAY_AUTH_TOKEN`` (or the Kubernetes token auth settings) to the Ray container, the
@@ -65,7 +77,8 @@ What KubeRay does to the pod template, and so what these builders do, in order:
 Out of scope (KubeRay operator-level switches, left at their defaults):
 ``ENABLE_INIT_CONTAINER_INJECTION``, ``ENABLE_PROBES_INJECTION`` (both on),
 ``ENABLE_LOGIN_SHELL`` (off), ``ENABLE_DETERMINISTIC_HEAD_POD_NAME`` (off), batch
-schedulers.
+schedulers; what KubeRay v1.7.0's alpha gates add to pods (mTLS, the history server's
+collector, embedded GCS storage; all off by default).
 
 The operator's own defaults (KubeRay's ``Configuration`` file: ``headSidecarContainers``,
 ``workerSidecarContainers``, ``defaultContainerEnvs``, ``defaultPodAnnotations``,
@@ -85,8 +98,9 @@ KubeRay's.
 >>> pod["metadata"]["generateName"]
 'demo-head-'
 >>> print(pod["spec"]["containers"][0]["args"][0])  # doctest: +NORMALIZE_WHITESPACE
-ulimit -n 65536; ray start --head  --block  --dashboard-agent-listen-port=52365
-  --dashboard-host=0.0.0.0  --memory=2000000000  --metrics-export-port=8080  --num-cpus=2
+ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start --head  --block
+  --dashboard-agent-listen-port=52365  --dashboard-host=0.0.0.0  --memory=2000000000
+  --metrics-export-port=8080  --num-cpus=2
 >>> selector("demo", node_type="head")
 'ray.io/cluster=demo,ray.io/node-type=head'
 """
@@ -99,7 +113,8 @@ import decimal
 import json
 import math
 import re
-from collections.abc import Mapping
+import secrets
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from api import v1
@@ -123,7 +138,9 @@ __all__ = [
     "head_port",
     "is_head",
     "node_type_of",
+    "random_replica_name",
     "ray_start_command",
+    "replica_slots",
     "selector",
     "worker_pod",
 ]
@@ -146,8 +163,9 @@ CACHE_SELECTOR = f"{names.NODE_TYPE_LABEL} in ({','.join(NODE_TYPES)})"
 way): Ray nodes. Every pod built here matches it - the node type is one of the labels a
 template cannot override."""
 
-KUBERAY_VERSION = "v1.5.0"
-"""The KubeRay release these pods match (reported to Ray's usage stats as KubeRay does)."""
+KUBERAY_VERSION = "v1.7.0"
+"""The KubeRay release these pods match (reported to Ray's usage stats and in the head pod's
+``ray.io/kuberay-version`` annotation, as KubeRay does)."""
 
 _RAY = 0  # the Ray container is the first one
 _GCS_PORT = "6379"
@@ -156,10 +174,13 @@ _DASHBOARD_PORT = 8265
 _AGENT_PORT = 52365
 _SERVE_PORT = 8000
 _SHM = ("shared-mem", "/dev/shm")
-_SWITCH_EXEMPT = frozenset({"log-color", "include-dashboard"})  # true/false are values there
+_SWITCH_EXEMPT = frozenset({"log-color", "include-dashboard", "include-log-monitor"})  # values
 _ACCELERATORS = {"aws.amazon.com/neuroncore": "neuron_cores", "google.com/tpu": "TPU"}
 _MIG = re.compile(r"nvidia\.com/mig-\d+g\.\d+gb$")
 _BASH = ["/bin/bash", "-c", "--"]
+_ULIMIT = "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}"
+_PLASMA_DIRECTORY = "plasma-directory"
+_UNIFIED_HEALTH_CHECK = (2, 53)  # Ray serves GET /api/healthz on the agent port from 2.53.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +272,62 @@ def desired_workers(group: v1.WorkerGroupSpec) -> int:
     return replicas * group.num_of_hosts
 
 
+_REPLICA_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' rand.String
+
+
+def random_replica_name(group: str, index: int) -> str:
+    """``<group>-<5 random characters>``: a new multi-host replica's name, as KubeRay makes
+    it (``index`` is not part of it)."""
+    del index
+    suffix = "".join(secrets.choice(_REPLICA_NAME_ALPHABET) for _ in range(5))
+    return f"{group}-{suffix}"
+
+
+def replica_slots(
+    group: v1.WorkerGroupSpec,
+    *,
+    used: Iterable[int] = (),
+    replicas: int | None = None,
+    replica_name: Callable[[str, int], str] = random_replica_name,
+) -> list[dict[str, Any]]:
+    """The :func:`worker_pod` keywords of the pods of ``replicas`` new replicas of ``group``
+    (default: all it wants, :func:`desired_workers` / ``numOfHosts``), in creation order.
+
+    KubeRay v1.7.0's ``RayMultiHostIndexing`` (on by default): each new replica takes the
+    lowest ``ray.io/worker-group-replica-index`` not in ``used`` (the indexes of the
+    group's live replicas); with ``numOfHosts > 1`` a replica is ``numOfHosts`` pods
+    sharing a ``ray.io/worker-group-replica-name`` (``replica_name(group, index)``), each
+    with its ``ray.io/replica-host-index``.
+
+    >>> group = v1.WorkerGroupSpec(group_name="g", template={}, replicas=2, num_of_hosts=2)
+    >>> replica_slots(group, used=[0], replicas=1, replica_name=lambda g, i: f"{g}-r{i}")
+    [{'replica_index': 1, 'replica_name': 'g-r1', 'host_index': 0}, \
+{'replica_index': 1, 'replica_name': 'g-r1', 'host_index': 1}]
+    >>> single = v1.WorkerGroupSpec(group_name="g", template={}, replicas=3)
+    >>> [slot["replica_index"] for slot in replica_slots(single, used=[1])]
+    [0, 2, 3]
+    """
+    hosts = max(group.num_of_hosts, 1)
+    if replicas is None:
+        replicas = desired_workers(group) // hosts
+    taken = set(used)
+    slots: list[dict[str, Any]] = []
+    index = 0
+    for _ in range(replicas):
+        while index in taken:
+            index += 1
+        taken.add(index)
+        if hosts > 1:
+            name = replica_name(group.group_name, index)
+            slots += [
+                {"replica_index": index, "replica_name": name, "host_index": host}
+                for host in range(hosts)
+            ]
+        else:
+            slots.append({"replica_index": index})
+    return slots
+
+
 def creator_kind(cluster: v1.RayCluster) -> str:
     """``RayService``/``RayJob`` when one made the cluster (by its label), else ``RayCluster``."""
     value = (cluster.metadata.get("labels") or {}).get(names.ORIGINATED_FROM_CRD_LABEL)
@@ -272,7 +349,7 @@ def head_pod(
     created_by: str = names.CREATED_BY,
     defaults: PodDefaults = _NO_DEFAULTS,
 ) -> dict[str, Any]:
-    """The head pod KubeRay v1.5.0 would create for ``cluster``.
+    """The head pod KubeRay v1.7.0 would create for ``cluster``.
 
     :class:`ValueError` when the head template has no container (see
     :func:`controllers.raycluster.validation.problems`).
@@ -306,7 +383,10 @@ def head_pod(
         if autoscaler.is_v2(cluster):
             _env(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "true"})
             pod_spec["restartPolicy"] = "Never"
+        elif autoscaler.is_v1(cluster):
+            _env(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "false"})
     _fault_tolerance(cluster, HEAD, ray, annotations, params)
+    annotations[names.KUBERAY_VERSION_ANNOTATION] = KUBERAY_VERSION
     _ensure_metrics_port(ray)
     auth.configure_pod(cluster, pod_spec)
 
@@ -334,16 +414,15 @@ def worker_pod(
     host_index: int = 0,
     defaults: PodDefaults = _NO_DEFAULTS,
 ) -> dict[str, Any]:
-    """A worker pod of ``group`` as KubeRay v1.5.0 would create it.
+    """A worker pod of ``group`` as KubeRay v1.7.0 would create it.
 
-    Multi-host replicas (``numOfHosts > 1``): KubeRay v1.5.0 by default (its
-    ``RayMultiHostIndexing`` feature gate is off) creates ``replicas * numOfHosts``
-    interchangeable pods with no replica labels: call this with the defaults. With
-    the gate's behaviour, pass ``replica_index`` (0..replicas-1, the lowest index not
-    in use in the group) to get ``ray.io/worker-group-replica-index``, and for
-    ``numOfHosts > 1`` also ``replica_name`` (``<group>-<5 random characters>``, one
-    per replica, shared by its hosts) and ``host_index`` (0..numOfHosts-1) to get
-    ``ray.io/worker-group-replica-name`` and ``ray.io/replica-host-index``.
+    Replica labels (KubeRay v1.7.0's ``RayMultiHostIndexing``, on by default): pass
+    ``replica_index`` (the lowest index not in use in the group) to get
+    ``ray.io/worker-group-replica-index``, and for ``numOfHosts > 1`` also
+    ``replica_name`` (``<group>-<5 random characters>``, one per replica, shared by its
+    hosts) and ``host_index`` (0..numOfHosts-1) to get ``ray.io/worker-group-replica-name``
+    and ``ray.io/replica-host-index``; :func:`replica_slots` gives them. Without them the
+    pod has no replica labels (what KubeRay does with the gate off).
     """
     spec = cluster.spec
     template = copy.deepcopy(group.template)
@@ -596,7 +675,8 @@ def _finish(
     spec = pod["spec"]
     containers = spec["containers"]
     ray = containers[_RAY]
-    _add_empty_dir(spec, ray, *_SHM, memory=True)
+    if _PLASMA_DIRECTORY not in params:  # the object store is elsewhere: no /dev/shm then
+        _add_empty_dir(spec, ray, *_SHM, memory=True)
     if with_autoscaler:
         sidecar = next(c for c in containers if c.get("name") == autoscaler.CONTAINER_NAME)
         _add_empty_dir(spec, ray, *autoscaler.LOG_VOLUME)
@@ -606,7 +686,7 @@ def _finish(
     start = ray_start_command(node_type, params, ray.get("resources"))
     overwrite = _overwrite_requested(pod["metadata"].get("annotations") or {})
     if not overwrite and "ray start" not in user_cmd:
-        generated = f"ulimit -n 65536; {start}"
+        generated = f"{_ULIMIT}; {start}"
         ray["command"] = list(_BASH)
         ray["args"] = [f"{user_cmd} && {generated}" if user_cmd else generated]
 
@@ -619,7 +699,7 @@ def _finish(
                 ]
             )
     _ray_env(ray, node_type, fqdn=fqdn, port=port, start=start, creator=creator)
-    _probes(ray, node_type, creator)
+    _probes(ray, node_type, creator, params, cluster.spec.ray_version)
 
 
 def _joined(parts: Any) -> str:
@@ -672,6 +752,7 @@ def _ray_env(
         ]
     env += [
         _field_env("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
+        _field_env("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
         _field_env("RAY_CLOUD_INSTANCE_ID", "metadata.name"),
         _field_env("RAY_NODE_TYPE_NAME", f"metadata.labels['{names.GROUP_LABEL}']"),
         _env_var("KUBERAY_GEN_RAY_START_CMD", start),
@@ -705,19 +786,67 @@ def _wget(timeout: int, port: int, path: str) -> str:
     return f"wget --tries 1 -T {timeout} -q -O- http://localhost:{port}/{path} | grep success"
 
 
-def _probes(ray: dict[str, Any], node_type: str, creator: str) -> None:
-    checks = [_wget(2, _AGENT_PORT, "api/local_raylet_healthz")]
+def _probes(
+    ray: dict[str, Any],
+    node_type: str,
+    creator: str,
+    params: Mapping[str, str],
+    ray_version: str | None,
+) -> None:
+    agent = _port_param(params, "dashboard-agent-listen-port", _AGENT_PORT)
+    checks = [_wget(2, agent, "api/local_raylet_healthz")]
     if node_type == HEAD:
-        checks.append(_wget(10, _DASHBOARD_PORT, "api/gcs_healthz"))
+        checks.append(_wget(10, _port_param(params, "dashboard-port", _DASHBOARD_PORT),
+                            "api/gcs_healthz"))  # fmt: skip
+    action: dict[str, Any] = {"exec": {"command": ["bash", "-c", " && ".join(checks)]}}
+    if _at_least(ray_version, _UNIFIED_HEALTH_CHECK):
+        action = {"httpGet": {"path": "/api/healthz", "port": agent}}
     timeout = 5 if node_type == HEAD else 2
     if ray.get("livenessProbe") is None:
-        ray["livenessProbe"] = _probe(checks, delay=30, timeout=timeout, failures=120)
+        ray["livenessProbe"] = _probe(action, delay=30, timeout=timeout, failures=120)
     if ray.get("readinessProbe") is None:
         failures = 10
         if creator == "RayService" and node_type == WORKER:
             failures = 1
             checks = [*checks, _wget(10, _serve_port(ray), "-/healthz")]
-        ray["readinessProbe"] = _probe(checks, delay=10, timeout=timeout, failures=failures)
+            action = {"exec": {"command": ["bash", "-c", " && ".join(checks)]}}
+        ray["readinessProbe"] = _probe(action, delay=10, timeout=timeout, failures=failures)
+
+
+def _port_param(params: Mapping[str, str], key: str, default: int) -> int:
+    """A port from ``rayStartParams`` when it is a 32-bit integer (Go's ``ParseInt``: an
+    optional sign, digits, nothing else), else ``default``.
+
+    >>> _port_param({"p": "9999"}, "p", 1), _port_param({"p": " 9999"}, "p", 1)
+    (9999, 1)
+    """
+    text = str(params.get(key, ""))
+    if re.fullmatch(r"[+-]?[0-9]+", text) is None:
+        return default
+    port = int(text)
+    return port if -(2**31) <= port < 2**31 else default
+
+
+def _at_least(version: str | None, minimum: tuple[int, ...]) -> bool:
+    """Whether ``version`` is at least ``minimum``, read as Kubernetes' ``ParseGeneric``
+    reads it: an optional ``v``, two or more dot-separated numbers (the first without a
+    leading zero), then anything, ignored. Unparsable: ``False``.
+
+    >>> _at_least("2.53.0", (2, 53)), _at_least("v2.60", (2, 53)), _at_least("2.52.1", (2, 53))
+    (True, True, False)
+    >>> _at_least("2.53.0rc1", (2, 53)), _at_least("2", (2, 53)), _at_least(None, (2, 53))
+    (True, False, False)
+    """
+    match = re.match(r"\s*v?([0-9]+(?:\.[0-9]+)+)", version or "")
+    if match is None:
+        return False
+    parts = match.group(1).split(".")
+    if len(parts[0]) > 1 and parts[0].startswith("0"):
+        return False
+    numbers = tuple(int(p) for p in parts)
+    width = max(len(numbers), len(minimum))
+    pad = (0,) * width
+    return (numbers + pad)[:width] >= (minimum + pad)[:width]
 
 
 def _serve_port(ray: Mapping[str, Any]) -> int:
@@ -727,9 +856,9 @@ def _serve_port(ray: Mapping[str, Any]) -> int:
     return _SERVE_PORT
 
 
-def _probe(checks: list[str], *, delay: int, timeout: int, failures: int) -> dict[str, Any]:
+def _probe(action: Mapping[str, Any], *, delay: int, timeout: int, failures: int) -> dict[str, Any]:
     return {
-        "exec": {"command": ["bash", "-c", " && ".join(checks)]},
+        **copy.deepcopy(dict(action)),
         "initialDelaySeconds": delay,
         "timeoutSeconds": timeout,
         "periodSeconds": 5,

@@ -34,7 +34,16 @@ the cache (never from the API server), and in KubeRay v1.5.0's order:
    replaced, ``scaleStrategy.workersToDelete`` that still exist are deleted, then
    the difference is created, or deleted not-Ready pods first then the newest
    (with in-tree autoscaling the autoscaler chooses, through ``workersToDelete``,
-   unless ``ENABLE_RANDOM_POD_DELETE=true``); a suspended group loses its pods;
+   unless ``ENABLE_RANDOM_POD_DELETE=true``); a suspended group loses its pods. New
+   workers carry KubeRay v1.7.0's replica labels (``RayMultiHostIndexing``, on by
+   default there): the lowest free ``ray.io/worker-group-replica-index``; a group with
+   ``numOfHosts > 1`` is handled a whole replica (its ``numOfHosts`` pods sharing a
+   ``ray.io/worker-group-replica-name``) at a time, as KubeRay does: a replica missing a
+   pod, or with a pod that ended or is listed in ``workersToDelete``, is deleted
+   whole, and replicas are created or removed whole. Unlike KubeRay, a multi-host pod
+   without a replica name (made before replica indexing) counts as an incomplete
+   replica and is deleted; KubeRay ignores such pods and creates full replicas next to
+   them;
 5. computes the status (:func:`controllers.raycluster.status.compute`) from the
    cache - which already holds this pass's own creates and deletes (write-through) -
    and hands it to the :class:`~runtime.status.StatusWriter`, which writes only
@@ -338,6 +347,9 @@ class Reconciler:
         if group.suspend:
             await self._delete(members, "FailedDeleteWorkerPod")
             return
+        if group.num_of_hosts > 1:
+            await self._multi_host_group(obj, cluster, group, members)
+            return
         ended = [p for p in members if _has_ended(p)]
         doomed = set((group.scale_strategy and group.scale_strategy.workers_to_delete) or ())
         listed = [p for p in members if p["metadata"]["name"] in doomed and p not in ended]
@@ -346,15 +358,73 @@ class Reconciler:
         running = [p for p in members if p["metadata"]["name"] not in gone]
         diff = pods.desired_workers(group) - len(running)
         if diff > 0:
-            for _ in range(diff):
-                pod = pods.worker_pod(cluster, group, cluster_domain=self.options.cluster_domain,
-                                      created_by=self.options.created_by,
-                                      defaults=self.options.pod_defaults)  # fmt: skip
-                await self._create(obj, pod, "FailedCreateWorkerPod")
+            used = [i for i in map(_replica_index, running) if i is not None]
+            await self._create_workers(obj, cluster, group, used=used, replicas=diff)
         elif diff < 0:
             if cluster.spec.enable_in_tree_autoscaling and not self.options.random_pod_delete:
                 return  # the autoscaler picks the pods, through workersToDelete
             await self._delete(_scale_down_order(running)[:-diff], "FailedDeleteWorkerPod")
+
+    async def _multi_host_group(
+        self,
+        obj: Obj,
+        cluster: v1.RayCluster,
+        group: raycluster_.WorkerGroupSpec,
+        members: list[Obj],
+    ) -> None:
+        """A group of ``numOfHosts > 1``, one whole replica at a time (KubeRay v1.7.0's
+        ``reconcileMultiHostWorkerGroup``)."""
+        replicas: dict[str, list[Obj]] = {}
+        for pod in members:
+            name = (pod["metadata"].get("labels") or {}).get(names.REPLICA_NAME_LABEL) or ""
+            replicas.setdefault(name, []).append(pod)
+        incomplete = [
+            pod
+            for name, replica in replicas.items()
+            if not name or len(replica) < group.num_of_hosts
+            for pod in replica
+        ]
+        if incomplete:  # the deletions wake the next pass, which creates the replacements
+            await self._delete(incomplete, "FailedDeleteWorkerPod")
+            return
+        doomed = set((group.scale_strategy and group.scale_strategy.workers_to_delete) or ())
+        listed = [
+            name
+            for name, replica in replicas.items()
+            if any(p["metadata"]["name"] in doomed for p in replica)
+        ]
+        if listed:
+            await self._delete([p for n in listed for p in replicas[n]], "FailedDeleteWorkerPod")
+            return
+        ended = [name for name, replica in replicas.items() if any(map(_has_ended, replica))]
+        await self._delete([p for n in ended for p in replicas[n]], "FailedDeleteWorkerPod")
+        live = {name: replica for name, replica in replicas.items() if name not in ended}
+        diff = pods.desired_workers(group) // group.num_of_hosts - len(live)
+        if diff > 0:
+            used = [i for i in (_replica_index(r[0]) for r in live.values()) if i is not None]
+            await self._create_workers(obj, cluster, group, used=used, replicas=diff)
+        elif diff < 0:
+            if cluster.spec.enable_in_tree_autoscaling and not self.options.random_pod_delete:
+                return  # the autoscaler picks the replicas, through workersToDelete
+            order = _scale_down_order([r[0] for r in live.values()])  # by their first host
+            firsts = {id(pod) for pod in order[:-diff]}
+            victims = [p for replica in live.values() if id(replica[0]) in firsts for p in replica]
+            await self._delete(victims, "FailedDeleteWorkerPod")
+
+    async def _create_workers(
+        self,
+        obj: Obj,
+        cluster: v1.RayCluster,
+        group: raycluster_.WorkerGroupSpec,
+        *,
+        used: Sequence[int],
+        replicas: int,
+    ) -> None:
+        for slot in pods.replica_slots(group, used=used, replicas=replicas):
+            pod = pods.worker_pod(cluster, group, cluster_domain=self.options.cluster_domain,
+                                  created_by=self.options.created_by,
+                                  defaults=self.options.pod_defaults, **slot)  # fmt: skip
+            await self._create(obj, pod, "FailedCreateWorkerPod")
 
     async def _create(self, owner: Obj, pod: Obj, reason: str) -> None:
         objects.set_controller_reference(owner, pod)
@@ -393,6 +463,15 @@ def _stable(message: str, pod: Mapping[str, Any]) -> str:
     if not prefix:
         return message
     return re.sub(re.escape(prefix) + r"[a-z0-9]{5}\b", prefix + "<generated>", message)
+
+
+def _replica_index(pod: Mapping[str, Any]) -> int | None:
+    """The pod's ``ray.io/worker-group-replica-index``, if it has a readable one."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(names.REPLICA_INDEX_LABEL)
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _has_ended(pod: Mapping[str, Any]) -> bool:

@@ -1,4 +1,4 @@
-"""The Services of a RayCluster, as KubeRay v1.5.0 builds them.
+"""The Services of a RayCluster, as KubeRay v1.7.0 builds them.
 
 - :func:`head_service` ``<cluster>-head-svc``: one port per port of the head
   template's Ray container (``<number>-port`` when unnamed; KubeRay's defaults
@@ -18,8 +18,10 @@
   ports come first and the default ports are appended, and it is not made headless.
   KubeRay appends those ports in random order (a Go map); here they are sorted.
 - :func:`serve_service` ``<cluster>-serve-svc`` for a cluster annotated
-  ``ray.io/enable-serve-service: "true"``: only the ``serve`` port, selector
-  ``ray.io/cluster`` (every pod: a plain RayCluster has no serve-readiness label).
+  ``ray.io/enable-serve-service: "true"``: only the serving ports, ``serve`` and those
+  named ``serve-<something>`` (``serve-grpc``: KubeRay v1.7.0), sorted by name (KubeRay
+  lists them in Go map order, random), selector ``ray.io/cluster`` (every pod: a plain
+  RayCluster has no serve-readiness label).
 - :func:`headless_worker_service` ``<cluster>-headless`` when a worker group has
   ``numOfHosts > 1`` (:func:`needs_headless_worker_service`): peer DNS for the hosts
   of multi-host replicas.
@@ -167,16 +169,18 @@ def _from_template(
 
 def serve_service(cluster: v1.RayCluster) -> dict[str, Any]:
     """``<cluster>-serve-svc`` (for ``ray.io/enable-serve-service: "true"``); :class:`ValueError`
-    when the head container has ports and none named ``serve``."""
+    when the head container has ports and none is a serving one (``serve``, ``serve-*``)."""
     name = _cluster_name(cluster)
     ports = _ports(cluster)
-    if "serve" not in ports:
+    serving = sorted(p for p in ports if names.is_serving_port(p))
+    if not serving:
         raise ValueError(
-            "the head container has no port named 'serve', so the serve service has no port"
+            "the head container has no port named 'serve' (or 'serve-<protocol>', e.g. "
+            "'serve-grpc'), so the serve service has no port"
         )
     spec: dict[str, Any] = {
         "selector": {names.CLUSTER_LABEL: name},
-        "ports": [{"name": "serve", "port": ports["serve"]}],
+        "ports": [{"name": port, "port": ports[port]} for port in serving],
     }
     if cluster.spec.head_group_spec.service_type:
         spec["type"] = cluster.spec.head_group_spec.service_type

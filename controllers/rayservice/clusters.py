@@ -30,7 +30,7 @@ what is returned is the caller's own copy.
 - :func:`cluster_name`: ``<service>-<5 characters>`` derived from the hash, so the
   same config always gets the same name (a reconciler that crashed after creating
   the cluster finds it again instead of creating a second one).
-- :func:`desired_cluster`: the RayCluster KubeRay v1.5.0 creates for a RayService
+- :func:`desired_cluster`: the RayCluster KubeRay v1.7.0 creates for a RayService
   (its labels and annotations plus the originated-from labels, the hash, the number
   of worker groups and the KubeRay version annotations; the RayService as
   controller owner).
@@ -78,6 +78,7 @@ __all__ = [
     "DELETE_AFTER_ANNOTATION",
     "HASH_ANNOTATION",
     "KUBERAY_VERSION_ANNOTATION",
+    "KUBERAY_VERSION_VALUE",
     "NUM_WORKER_GROUPS_ANNOTATION",
     "ORIGINATED_FROM_CRD",
     "ORIGINATED_FROM_CRD_LABEL",
@@ -100,7 +101,15 @@ HASH_ANNOTATION = "ray.io/hash-without-replicas-and-workers-to-delete"
 NUM_WORKER_GROUPS_ANNOTATION = "ray.io/num-worker-groups"
 """On a RayService's cluster: how many worker groups that config had (KubeRay's key)."""
 KUBERAY_VERSION_ANNOTATION = "ray.io/kuberay-version"
-"""The value KubeRay v1.5.0 writes; written the same here, so the cluster looks like KubeRay's."""
+"""On a RayService's cluster: the KubeRay release that made it (KubeRay's key); ours writes
+:data:`KUBERAY_VERSION_VALUE`."""
+KUBERAY_VERSION_VALUE = "rayservice-operator"
+"""What this operator writes in :data:`KUBERAY_VERSION_ANNOTATION`: deliberately no KubeRay
+release's version (KubeRay v1.7.0 writes ``v1.7.0``). A KubeRay taking a RayService back
+(v1.5.0 and v1.7.0 alike) updates an active cluster whose annotation is not its own
+version in place, stamping its own hash; with its own version there it compares hashes,
+and ours is not KubeRay's (:func:`spec_hash`), so it would build a new cluster for
+nothing (a zero-downtime upgrade of an unchanged spec)."""
 SERVE_CONFIG_ANNOTATION = "ray.io/serve-config-hash"
 """Ours: :func:`serve_config_hash` of the Serve config last PUT to this cluster."""
 DELETE_AFTER_ANNOTATION = "ray.io/delete-after"
@@ -280,7 +289,8 @@ def _cluster_config(service: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def desired_cluster(service: Mapping[str, Any], name: str) -> Obj:
-    """The RayCluster ``name`` that KubeRay v1.5.0 would create for ``service``.
+    """The RayCluster ``name`` that KubeRay v1.7.0 would create for ``service`` (but for the
+    value of :data:`KUBERAY_VERSION_ANNOTATION`, :data:`KUBERAY_VERSION_VALUE`).
 
     Labels: the RayService's, plus :data:`ORIGINATED_FROM_NAME_LABEL` and
     :data:`ORIGINATED_FROM_CRD_LABEL`. Annotations: the RayService's, plus
@@ -297,7 +307,7 @@ def desired_cluster(service: Mapping[str, Any], name: str) -> Obj:
     groups = config.get("workerGroupSpecs")
     annotations[HASH_ANNOTATION] = spec_hash(config)
     annotations[NUM_WORKER_GROUPS_ANNOTATION] = str(len(groups) if isinstance(groups, list) else 0)
-    annotations[KUBERAY_VERSION_ANNOTATION] = raycluster.KUBERAY_VERSION
+    annotations[KUBERAY_VERSION_ANNOTATION] = KUBERAY_VERSION_VALUE
     cluster: Obj = {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",

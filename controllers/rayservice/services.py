@@ -14,15 +14,17 @@ KubeRay does: a Service is never updated for any other difference.
 - :func:`serve_service` ``<name>-serve-svc``: selector ``ray.io/cluster: <cluster>``
   and ``ray.io/serve: "true"`` (the pods whose Serve proxy is healthy); labels
   ``ray.io/originated-from-cr-name``, ``ray.io/originated-from-crd: RayService``,
-  ``ray.io/serve: <name>-serve``; one port, ``serve``, from the cluster's head
-  container (``{name, port}`` only: the server defaults ``targetPort`` to it; 8000
-  when the container lists no ports); type ``rayClusterConfig.headGroupSpec.serviceType``.
+  ``ray.io/serve: <name>-serve``; the serving ports of the cluster's head container,
+  ``serve`` and ``serve-<protocol>`` (KubeRay v1.7.0), sorted by name (``{name, port}``
+  only: the server defaults ``targetPort`` to it; ``serve`` 8000 when the container
+  lists no ports); type ``rayClusterConfig.headGroupSpec.serviceType``.
   With ``spec.serveService`` that Service is the base: its name (if set; else the
   default), type (if set), labels (ours win) and annotations are kept, its namespace
-  and selector are replaced, and its ports are replaced by the cluster's ``serve``
-  port, or, when the head container has none, by its own first port named ``serve``
-  reduced to ``{name, port}``. :class:`ValueError` when there is no ``serve`` port at
-  all (KubeRay refuses the same).
+  and selector are replaced, and its ports are the cluster's serving ports, each
+  replaced by the template's port of the same name when it has one (so its
+  ``appProtocol``, e.g. ``kubernetes.io/h2c`` for gRPC, is kept), or, when the head
+  container has none, the template's own ports as given (KubeRay v1.7.0).
+  :class:`ValueError` when there is no serving port at all (KubeRay refuses the same).
 - Both get the RayService as controller owner.
 
 >>> service = {"apiVersion": "ray.io/v1", "kind": "RayService",
@@ -161,20 +163,20 @@ def serve_service(service: Mapping[str, Any], cluster: Mapping[str, Any]) -> Obj
     }
     head_group = (spec.get("rayClusterConfig") or {}).get("headGroupSpec") or {}
     service_type = head_group.get("serviceType")
-    ports = raycluster.serve_ports(cluster)
+    ports = raycluster.serve_ports(cluster)  # serve and serve-*, sorted by name
     template = spec.get("serveService")
     if isinstance(template, Mapping):
         svc: Obj = copy.deepcopy(dict(template))
         metadata = svc["metadata"] = dict(svc.get("metadata") or {})
         body = svc["spec"] = dict(svc.get("spec") or {})
         body["selector"] = selector
-        if not ports:
-            ports = [
-                {"name": port["name"], "port": port.get("port")}
+        if ports:  # the cluster's serving ports, each as the template defines it if it does
+            given = {
+                port.get("name"): port
                 for port in body.get("ports") or []
-                if isinstance(port, Mapping) and port.get("name") == raycluster.SERVE_PORT_NAME
-            ][:1]
-        body["ports"] = ports
+                if isinstance(port, Mapping)
+            }
+            body["ports"] = [copy.deepcopy(dict(given.get(p["name"], p))) for p in ports]
         metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
         metadata["name"] = metadata.get("name") or f"{name}{SERVE_SUFFIX}"
         metadata["namespace"] = meta.get("namespace")

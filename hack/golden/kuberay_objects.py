@@ -1,20 +1,36 @@
 #!/usr/bin/env python3
-"""Record the objects KubeRay v1.5.0 itself creates for a set of samples (golden test data).
+"""Record the objects KubeRay (v1.7.0 by default) itself creates for a set of samples (golden
+test data).
 
 Run ``.venv/bin/python hack/golden/kuberay_objects.py`` (as root, like the integration tests).
-It builds or reuses the control-plane binaries (``hack/controlplane/build.sh``) and the KubeRay
-operator (``hack/peers/kuberay.sh``), then:
+It builds or reuses the control-plane binaries (``hack/controlplane/build.sh``); KubeRay's
+operator binary, CRD directory and samples directory are ``--kuberay-bin``,
+``--kuberay-crds`` and ``--kuberay-samples`` (or ``$KUBERAY_BIN``, ``$KUBERAY_CRDS``,
+``$KUBERAY_SAMPLES``); each one not given comes from ``hack/peers/kuberay.sh`` for
+``--kuberay-version`` (``$KUBERAY_VERSION``, default :data:`KUBERAY_VERSION`), which builds the
+operator from its Go module (the CRDs and samples are the module's). For v1.7.0 from a
+KubeRay checkout, e.g.::
+
+    git -C KUBERAY archive v1.7.0 ray-operator/config | tar x -C /tmp/kr
+    hack/golden/kuberay_objects.py --kuberay-bin .../v1.7.0/bin/kuberay-operator \
+        --kuberay-crds /tmp/kr/ray-operator/config/crd/bases \
+        --kuberay-samples /tmp/kr/ray-operator/config/samples
+
+Then:
 
 1. starts a control plane with :mod:`runtime.testing.controlplane` (kube-controller-manager,
    kube-scheduler, kwok, two fake nodes) with kube-apiserver's **audit log** on: level
-   ``Request`` for ``create`` of pods, services, serviceaccounts, roles, rolebindings and
-   rayclusters, nothing else;
-2. installs every CRD shipped in KubeRay's module (RayCluster, RayJob, RayService);
+   ``Request`` for ``create`` of pods, services, serviceaccounts, secrets, roles,
+   rolebindings and rayclusters, nothing else;
+2. installs every CRD of KubeRay's CRD directory (RayCluster, RayJob, RayService, and
+   RayCronJob from v1.6);
 3. runs the KubeRay binary as a subprocess (admin kubeconfig, no leader election, metrics and
    health probes on loopback, ``--use-kubernetes-proxy``, ``CLUSTER_DOMAIN=cluster.local``, a
    minimal environment);
-4. creates every sample of :data:`SAMPLES` at once, each in a namespace named after its file
-   (``ray-cluster.sample.yaml`` -> ``ray-cluster-sample``), ConfigMaps before the Ray object;
+4. creates every sample of :data:`SAMPLES` (for that version) and :data:`OWN_SAMPLES` at once,
+   each in a namespace named after its file (``ray-cluster.sample.yaml`` ->
+   ``ray-cluster-sample``), its ConfigMaps and Secrets before the Ray object (a Redis
+   server's Deployment and Service are left out: :data:`SKIPPED_KINDS`);
    then for each sample waits - bounded - until KubeRay
    has created the head pod and every worker pod it will create (its reconcile creates the
    autoscaler's ServiceAccount/Role/RoleBinding and the services before any pod, so the pods
@@ -24,26 +40,29 @@ operator (``hack/peers/kuberay.sh``), then:
 5. checks, once every sample is done, that KubeRay created nothing more in any of the
    namespaces meanwhile, stops KubeRay and the control plane, and writes one file per sample.
 
-Output: ``tests/unit/testdata/kuberay-v1.5.0/<sample file name without .yaml>.json`` (or
+Output: ``tests/unit/testdata/kuberay-<version>/<sample file name without .yaml>.json`` (or
 ``--out DIR``), JSON with ``indent=1``, sorted keys and a trailing newline::
 
     {"source": "config/samples/<file>",      # path in KubeRay's module (or in this repo)
-     "kuberay_version": "v1.5.0",
+     "kuberay_version": "v1.7.0",
      "raycluster": {...},                     # as stored, without managedFields, uid,
                                               # resourceVersion, creationTimestamp,
                                               # generation and status
      "created": {"pods": [...], "services": [...], "serviceaccounts": [...],
-                 "roles": [...], "rolebindings": [...]}}
+                 "roles": [...], "rolebindings": [...], "secrets": [...]}}
 
 Each created object is the audit log's ``requestObject``: what the API server decoded from
 KubeRay's request - its body with the API's *scheme defaults* applied (the apiserver defaults
 while decoding, before audit logging; e.g. ``terminationMessagePath``, ``imagePullPolicy``,
 ``restartPolicy``, ``dnsPolicy``, port ``protocol``), but before admission. Values that change
-from run to run are made stable and nothing else is changed: every ``ownerReferences[].uid`` is
-``"<uid>"``; the random five-character suffix KubeRay gives a RayService's RayCluster name
-is ``xxxxx`` everywhere it appears; and the default ports KubeRay appends to a *custom* head
-service (``headGroupSpec.headService``), in Go map order that changes from run to run, are
-sorted by name after the user's own ports. Pods are sorted head first, then workers by
+from run to run are made stable and nothing else is changed: every ``ownerReferences[].uid``,
+and the RayCluster's uid wherever it appears (GCS fault tolerance's default external storage
+namespace), is ``"<uid>"``; the random five-character suffix KubeRay gives a RayService's
+RayCluster name is ``xxxxx`` everywhere it appears; a multi-host replica's random name
+(``<group>-<5 characters>``) is ``<group>-xxxx<replica index>``; every value of a created
+Secret's data (the auth token) is ``"<random>"``; and the default ports KubeRay appends to a
+*custom* head service (``headGroupSpec.headService``), in Go map order that changes from run
+to run, are sorted by name after the user's own ports. Pods are sorted head first, then workers by
 group, then by name or generateName; other lists by name. Two runs give identical bytes.
 
 Network safety: everything listens on and connects to ``127.0.0.1``. There is no pod network
@@ -92,13 +111,17 @@ __all__ = [
     "sort_appended_ports",
 ]
 
-KUBERAY_VERSION = "v1.5.0"
-"""The KubeRay release recorded (``hack/peers/kuberay.sh`` builds it)."""
+KUBERAY_VERSION = "v1.7.0"
+"""The KubeRay release recorded by default (``--kuberay-version``)."""
 
-CREATED_KINDS = ("pods", "services", "serviceaccounts", "roles", "rolebindings")
+CREATED_KINDS = ("pods", "services", "serviceaccounts", "roles", "rolebindings", "secrets")
 """The keys of ``created``: the resources whose creates are recorded."""
 
-OUT_DIR = ROOT / "tests" / "unit" / "testdata" / f"kuberay-{KUBERAY_VERSION}"
+TESTDATA = ROOT / "tests" / "unit" / "testdata"
+"""Where ``kuberay-<version>/`` goes by default (``--out``)."""
+
+SECRET_PLACEHOLDER = "<random>"
+"""Every value of a created Secret's ``data`` (KubeRay's generated auth token)."""
 
 UID_PLACEHOLDER = "<uid>"
 RANDOM_SUFFIX_PLACEHOLDER = "xxxxx"
@@ -128,7 +151,7 @@ class Sample:
         self.name = str(self.ray_object["metadata"]["name"])
 
 
-SAMPLES = (
+_SAMPLES_V1_5 = (
     "ray-cluster.sample.yaml",
     "ray-cluster.complete.yaml",
     "ray-cluster.autoscaler.yaml",
@@ -139,10 +162,30 @@ SAMPLES = (
     "ray-cluster.custom-head-service.yaml",
     "ray-service.sample.yaml",
 )
-"""File names under ``config/samples/`` of KubeRay's module; this repo's own
-``config/samples/ray_v1_raycluster.yaml`` is recorded too."""
 
-OWN_SAMPLE = "config/samples/ray_v1_raycluster.yaml"
+SAMPLES: dict[str, tuple[str, ...]] = {
+    "v1.5.0": _SAMPLES_V1_5,
+    "v1.7.0": (
+        *_SAMPLES_V1_5,
+        # GCS fault tolerance, both ways of asking for it (KubeRay creates the pods without
+        # a Redis server: the sample's Redis Deployment and Service are not created here).
+        "ray-cluster.external-redis.yaml",  # spec.gcsFaultToleranceOptions
+        "ray-cluster.deprecate-gcs-ft.yaml",  # the ray.io/ft-enabled annotation
+        "ray-cluster.auth.yaml",  # authOptions.mode: token (KubeRay creates a Secret)
+    ),
+}
+"""Per KubeRay version, the file names under ``config/samples/`` of its module (its
+samples at that tag) that are recorded; an unknown version gets the newest list."""
+
+OWN_SAMPLES: dict[str, tuple[str, ...]] = {
+    "v1.5.0": ("config/samples/ray_v1_raycluster.yaml",),
+    "v1.7.0": ("config/samples/ray_v1_raycluster.yaml", "config/samples/ray_v1_rayservice.yaml"),
+}
+"""Per KubeRay version, this repository's own samples recorded with it."""
+
+SKIPPED_KINDS = {("apps/v1", "Deployment"), ("v1", "Service")}
+"""Objects of a sample not created (with a log line): a Redis server's Deployment and
+Service, which KubeRay needs neither to accept a GCS FT cluster nor to create its pods."""
 
 
 def log(message: str) -> None:
@@ -319,7 +362,7 @@ AUDIT_POLICY = {
             "level": "Request",
             "verbs": ["create"],
             "resources": [
-                {"group": "", "resources": ["pods", "services", "serviceaccounts"]},
+                {"group": "", "resources": ["pods", "services", "serviceaccounts", "secrets"]},
                 {"group": "rbac.authorization.k8s.io", "resources": ["roles", "rolebindings"]},
                 {"group": "ray.io", "resources": ["rayclusters"]},
             ],
@@ -426,12 +469,64 @@ def in_namespace(events: Sequence[Mapping[str, Any]], namespace: str) -> list[Ma
 # -- one run ----------------------------------------------------------------------------------
 
 
-def load_samples() -> list[Sample]:
-    crds = pathlib.Path(last_line([str(ROOT / "hack/peers/kuberay.sh"), "--crds"]))
-    module = crds.parents[2]
-    samples = [Sample(f"config/samples/{n}", module / "config" / "samples" / n) for n in SAMPLES]
-    samples.append(Sample(OWN_SAMPLE, ROOT / OWN_SAMPLE))
+class Peer:
+    """The KubeRay recorded: its version, binary, CRD directory and samples directory.
+
+    Each path not given comes from ``hack/peers/kuberay.sh`` run with ``KUBERAY_VERSION``
+    set to the version: it builds the binary from the Go module, and the CRDs
+    (``config/crd/bases``) and samples (``config/samples``) are the module's.
+    """
+
+    def __init__(
+        self,
+        version: str,
+        binary: pathlib.Path | None = None,
+        crds: pathlib.Path | None = None,
+        samples: pathlib.Path | None = None,
+    ) -> None:
+        self.version = version
+        self._binary, self._crds, self._samples = binary, crds, samples
+
+    def _script(self, *args: str) -> str:
+        env = dict(os.environ, KUBERAY_VERSION=self.version)
+        done = subprocess.run([str(ROOT / "hack/peers/kuberay.sh"), *args], check=True,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)  # fmt: skip
+        return done.stdout.strip().splitlines()[-1]
+
+    @property
+    def binary(self) -> pathlib.Path:
+        if self._binary is None:
+            self._binary = pathlib.Path(self._script())
+        return self._binary
+
+    @property
+    def crds(self) -> pathlib.Path:
+        if self._crds is None:
+            self._crds = pathlib.Path(self._script("--crds"))
+        return self._crds
+
+    @property
+    def samples(self) -> pathlib.Path:
+        if self._samples is None:
+            self._samples = self.crds.parents[1] / "samples"
+        return self._samples
+
+
+def load_samples(peer: Peer) -> list[Sample]:
+    names = SAMPLES.get(peer.version) or SAMPLES[max(SAMPLES, key=version_key)]
+    own = OWN_SAMPLES.get(peer.version) or OWN_SAMPLES[max(OWN_SAMPLES, key=version_key)]
+    samples = [Sample(f"config/samples/{n}", peer.samples / n) for n in names]
+    samples += [Sample(path, ROOT / path) for path in own]
     return samples
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"v1.10.0"`` -> ``(1, 10, 0)``: release tags in release order.
+
+    >>> sorted(["v1.10.0", "v1.7.0", "v1.5.0"], key=version_key)
+    ['v1.5.0', 'v1.7.0', 'v1.10.0']
+    """
+    return tuple(int(part) for part in version.lstrip("v").split(".") if part.isdigit())
 
 
 def apply(cp: controlplane.ControlPlane, sample: Sample) -> None:
@@ -441,9 +536,15 @@ def apply(cp: controlplane.ControlPlane, sample: Sample) -> None:
     for doc in sample.docs:
         if doc is sample.ray_object:
             continue
-        if doc.get("apiVersion") != "v1" or doc.get("kind") != "ConfigMap":
-            raise RuntimeError(f"{sample.source}: cannot create a {doc.get('kind')} yet")
-        cp.request("POST", f"/api/v1/namespaces/{ns}/configmaps", doc)
+        kind = (doc.get("apiVersion"), doc.get("kind"))
+        if kind in SKIPPED_KINDS:
+            log(f"{sample.source}: not creating {kind[1]} {doc['metadata']['name']} "
+                "(not needed for KubeRay to create the pods)")  # fmt: skip
+            continue
+        plural = {("v1", "ConfigMap"): "configmaps", ("v1", "Secret"): "secrets"}.get(kind)
+        if plural is None:
+            raise RuntimeError(f"{sample.source}: cannot create a {kind[1]} yet")
+        cp.request("POST", f"/api/v1/namespaces/{ns}/{plural}", doc)
     plural = {"RayCluster": "rayclusters", "RayService": "rayservices"}[sample.kind]
     cp.request("POST", f"/apis/ray.io/v1/namespaces/{ns}/{plural}", sample.ray_object)
 
@@ -459,8 +560,45 @@ def the_raycluster(cp: controlplane.ControlPlane, sample: Sample) -> dict[str, A
     return dict(items[0]) if items else None
 
 
+REPLICA_NAME_LABEL = "ray.io/worker-group-replica-name"
+REPLICA_INDEX_LABEL = "ray.io/worker-group-replica-index"
+
+
+def replica_renames(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Each multi-host replica name KubeRay made up (``<group>-<5 random characters>``,
+    label ``ray.io/worker-group-replica-name``) -> ``<group>-xxxx<replica index>``.
+
+    >>> replica_renames([{"metadata": {"labels": {"ray.io/group": "tpu",
+    ...     "ray.io/worker-group-replica-name": "tpu-5v64k",
+    ...     "ray.io/worker-group-replica-index": "0"}}}])
+    {'tpu-5v64k': 'tpu-xxxx0'}
+    """
+    renames = {}
+    for pod in pods:
+        labels = pod.get("metadata", {}).get("labels") or {}
+        name = labels.get(REPLICA_NAME_LABEL)
+        if name:
+            group = labels.get("ray.io/group", "")
+            renames[name] = f"{group}-xxxx{labels.get(REPLICA_INDEX_LABEL, '')}"
+    return renames
+
+
+def redact_secret(secret: dict[str, Any]) -> None:
+    """Replace every value of a Secret's ``data`` and ``stringData`` by ``"<random>"``
+    (in place): KubeRay's auth token is random.
+
+    >>> secret = {"data": {"auth_token": "c2VjcmV0"}}
+    >>> redact_secret(secret)
+    >>> secret
+    {'data': {'auth_token': '<random>'}}
+    """
+    for key in ("data", "stringData"):
+        if secret.get(key):
+            secret[key] = dict.fromkeys(secret[key], SECRET_PLACEHOLDER)
+
+
 def collect(
-    cp: controlplane.ControlPlane, audit_log: pathlib.Path, sample: Sample
+    cp: controlplane.ControlPlane, audit_log: pathlib.Path, sample: Sample, version: str
 ) -> tuple[dict[str, Any], int]:
     """Wait for a sample's pods, then its output document and how many creates KubeRay made."""
     cluster = wait_for(
@@ -494,20 +632,23 @@ def collect(
             unexpected[resource] += 1
     if unexpected:
         raise RuntimeError(f"{sample.source}: unexpected creates {dict(unexpected)}")
-    renames: dict[str, str] = {}
+    renames: dict[str, str] = {cluster["metadata"]["uid"]: UID_PLACEHOLDER}
     if sample.kind == "RayService":
         name = cluster["metadata"]["name"]
         renames[name] = f"{name[: -len(RANDOM_SUFFIX_PLACEHOLDER)]}{RANDOM_SUFFIX_PLACEHOLDER}"
+    renames.update(replica_renames(created["pods"]))
     custom = cluster["spec"]["headGroupSpec"].get("headService")
     if custom:
         for service in created["services"]:
             sort_appended_ports(service, len(custom.get("spec", {}).get("ports") or []))
+    for secret in created["secrets"]:
+        redact_secret(secret)
     created["pods"].sort(key=pod_sort_key)
     for kind in CREATED_KINDS[1:]:
         created[kind].sort(key=name_sort_key)
     document = {
         "source": sample.source,
-        "kuberay_version": KUBERAY_VERSION,
+        "kuberay_version": version,
         "raycluster": normalise(stored_raycluster(cluster), renames),
         "created": normalise(created, renames),
     }
@@ -519,11 +660,10 @@ def creates_in(audit_log: pathlib.Path, namespace: str) -> int:
     return sum(1 for e in in_namespace(kuberay_creates(audit_log), namespace) if succeeded(e))
 
 
-def run(out_dir: pathlib.Path) -> None:
+def run(peer: Peer, out_dir: pathlib.Path) -> None:
     bin_dir = pathlib.Path(last_line([str(ROOT / "hack/controlplane/build.sh")]))
-    kuberay = last_line([str(ROOT / "hack/peers/kuberay.sh")])
-    crd_dir = pathlib.Path(last_line([str(ROOT / "hack/peers/kuberay.sh"), "--crds"]))
-    samples = load_samples()
+    kuberay, crd_dir = str(peer.binary), peer.crds
+    samples = load_samples(peer)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kuberay-golden-") as tmp:
         work = pathlib.Path(tmp)
@@ -547,11 +687,11 @@ def run(out_dir: pathlib.Path) -> None:
                 cp.install_crds(crd_dir)
                 log(f"control plane up, KubeRay CRDs installed ({time.monotonic() - started:.0f}s)")
                 with kuberay_running(kuberay, cp.kubeconfig, work / "kuberay.log"):
-                    log(f"KubeRay {KUBERAY_VERSION} running ({time.monotonic() - started:.0f}s)")
+                    log(f"KubeRay {peer.version} running ({time.monotonic() - started:.0f}s)")
                     for sample in samples:
                         apply(cp, sample)
                     for sample in samples:
-                        results.append(collect(cp, audit_log, sample))
+                        results.append(collect(cp, audit_log, sample, peer.version))
                         log(f"{sample.source}: {results[-1][1]} creates")
                     # Whatever KubeRay did since, it must not have created anything more.
                     for sample, (_, count) in zip(samples, results, strict=True):
@@ -579,10 +719,29 @@ def run(out_dir: pathlib.Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=pathlib.Path, default=OUT_DIR,
-                        help=f"output directory (default {OUT_DIR.relative_to(ROOT)})")  # fmt: skip
+    env = os.environ.get
+
+    def path(value: str | None) -> pathlib.Path | None:
+        return pathlib.Path(value) if value else None
+
+    parser.add_argument("--kuberay-version", default=env("KUBERAY_VERSION") or KUBERAY_VERSION,
+                        help="the KubeRay release recorded: picks the sample list, the output "
+                             f"directory and what kuberay.sh builds ($KUBERAY_VERSION, "
+                             f"default {KUBERAY_VERSION})")  # fmt: skip
+    parser.add_argument("--kuberay-bin", type=path, default=path(env("KUBERAY_BIN")),
+                        help="the operator binary ($KUBERAY_BIN; default: built by "
+                             "hack/peers/kuberay.sh)")  # fmt: skip
+    parser.add_argument("--kuberay-crds", type=path, default=path(env("KUBERAY_CRDS")),
+                        help="directory of KubeRay's CRDs ($KUBERAY_CRDS; default: the Go "
+                             "module's config/crd/bases)")  # fmt: skip
+    parser.add_argument("--kuberay-samples", type=path, default=path(env("KUBERAY_SAMPLES")),
+                        help="directory of KubeRay's samples at that version "
+                             "($KUBERAY_SAMPLES; default: the module's samples)")  # fmt: skip
+    parser.add_argument("--out", type=pathlib.Path,
+                        help="output directory (default testdata/kuberay-<version>)")  # fmt: skip
     args = parser.parse_args(argv)
-    run(args.out)
+    peer = Peer(args.kuberay_version, args.kuberay_bin, args.kuberay_crds, args.kuberay_samples)
+    run(peer, args.out or TESTDATA / f"kuberay-{peer.version}")
     return 0
 
 

@@ -19,9 +19,11 @@ serve Service's endpoints all along:
    come back (our pods carry KubeRay's ``app.kubernetes.io/created-by``).
 3. A ``rayVersion`` upgrade by ours completes with no failed request.
 4. Ours is stopped, KubeRay started again: it serves on without a failed request.
-   v1.5.0 rebuilds the cluster once (its hash annotation is computed from Go's JSON of
-   the spec, which ours does not reproduce): a zero-downtime upgrade. v1.7.0 keeps it
-   (it updates a cluster with another ``ray.io/kuberay-version`` in place).
+   v1.5.0 and v1.7.0 both keep the cluster: they update a cluster whose
+   ``ray.io/kuberay-version`` is not their own in place, and ours writes
+   ``rayservice-operator`` there. (With its own version there, KubeRay would compare its
+   hash annotation, computed from Go's JSON of the spec, with ours, and rebuild the
+   cluster as a zero-downtime upgrade: measured with v1.7.0.)
 5. The RayService carries ``ray.io/rayservice-finalizer`` (ours; KubeRay >= v1.6.2 uses
    the same one and removes it when it deletes the RayService). KubeRay v1.5.0 does not
    know it: the deleted RayService waits until the finalizer is removed by hand, as

@@ -57,7 +57,9 @@ pod network of a :class:`runtime.testing.controlplane.ControlPlane`):
 4. *Readiness* (``Options.readiness``, default on): kwok marks a pod Running and Ready
    the moment it gets its IP, before anything runs. The harness takes the pod's
    readiness over when it starts it: it patches ``Ready``/``ContainersReady`` to
-   ``False`` at once, then runs the container's own ``readinessProbe`` (``exec`` only;
+   ``False`` at once, then runs the container's own ``readinessProbe`` (``exec``, or
+   ``httpGet`` - what KubeRay v1.7.0 gives Ray 2.53 and later - as ``wget`` of
+   ``http://<pod IP>:<port><path>`` inside the pod's namespaces, the kubelet's request;
    ``initialDelaySeconds``, ``periodSeconds``, ``timeoutSeconds``, ``successThreshold``,
    ``failureThreshold`` as the kubelet reads them) inside the pod's namespaces and
    patches ``Ready=True`` only when it passes, ``False`` again after
@@ -629,6 +631,12 @@ class RealPod:
         delay = float(probe.get("initialDelaySeconds") or 0)
         period = float(probe.get("periodSeconds") or 10)
         timeout = float(probe.get("timeoutSeconds") or 1)
+        http = probe.get("httpGet")
+        if not command and isinstance(http, Mapping) and http.get("port"):
+            path = str(http.get("path") or "/")
+            url = f"http://{self.ip}:{http['port']}{path if path.startswith('/') else '/' + path}"
+            command = ["wget", "--tries", "1", "-T", str(max(int(timeout), 1)), "-q",
+                       "-O", "/dev/null", url]  # fmt: skip
         to_pass = int(probe.get("successThreshold") or 1)
         to_fail = int(probe.get("failureThreshold") or 3)
         passes = fails = 0

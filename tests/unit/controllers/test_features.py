@@ -50,9 +50,12 @@ def test_a_gate_kuberay_lacks_is_a_key_error_not_false() -> None:
 
 def test_gates_not_followed_are_those_differing_from_what_the_operator_does() -> None:
     assert features.parse("").without_effect() == [
-        "RayJobDeletionPolicy=true", "RayMultiHostIndexing=true",
-        "RayServiceIncrementalUpgrade=true",
+        "RayJobDeletionPolicy=true", "RayServiceIncrementalUpgrade=true",
     ]  # fmt: skip
-    off = "RayJobDeletionPolicy=false,RayMultiHostIndexing=false,RayServiceIncrementalUpgrade=false"
+    off = "RayJobDeletionPolicy=false,RayServiceIncrementalUpgrade=false"
     assert features.parse(off).without_effect() == []
+    # replica labels are always written, as with KubeRay v1.7.0's default
+    assert features.parse("RayMultiHostIndexing=false").without_effect()[1] == (
+        "RayMultiHostIndexing=false"
+    )
     assert features.parse(off + ",RayClusterMTLS=true").without_effect() == ["RayClusterMTLS=true"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from api import v1
 from controllers.raycluster import autoscaler, pods
 
@@ -43,6 +45,12 @@ def make(
     )
 
 
+START = (
+    "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) "
+    "--cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
+)
+
+
 def test_sidecar_defaults() -> None:
     assert autoscaler.sidecar(make(), IMAGE) == {
         "name": "autoscaler",
@@ -62,12 +70,10 @@ def test_sidecar_defaults() -> None:
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
             },
             {"name": "KUBERAY_CRD_VER", "value": "v1"},
+            {"name": "KUBERAY_GEN_AUTOSCALER_START_CMD", "value": START},
         ],
         "command": ["/bin/bash", "-c", "--"],
-        "args": [
-            "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) "
-            "--cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
-        ],
+        "args": [START],
         "resources": {
             "limits": {"cpu": "500m", "memory": "512Mi"},
             "requests": {"cpu": "500m", "memory": "512Mi"},
@@ -93,12 +99,32 @@ def test_sidecar_options_override_and_append() -> None:
     assert container["resources"] == {"limits": {"cpu": "1"}}
     assert container["securityContext"] == {"runAsNonRoot": True}
     assert [e["name"] for e in container["env"]][-1] == "AUTOSCALER_UPDATE_INTERVAL_S"
-    assert len(container["env"]) == 5
+    assert len(container["env"]) == 6
     assert container["envFrom"] == [{"configMapRef": {"name": "c"}}]
     assert container["volumeMounts"] == [{"name": "tls", "mountPath": "/tls"}]
     # read by the autoscaler from the RayCluster, not passed through the pod
     assert "120" not in str(container)
     assert "Conservative" not in str(container)
+    # command and args stay KubeRay's unless given (KubeRay v1.7.0)
+    assert (container["command"], container["args"]) == (["/bin/bash", "-c", "--"], [START])
+
+
+def test_sidecar_command_and_args_override_when_given() -> None:
+    options = {"command": ["sh", "-c"], "args": ["echo hi; $KUBERAY_GEN_AUTOSCALER_START_CMD"]}
+    container = autoscaler.sidecar(make(options), IMAGE)
+    assert container["command"] == ["sh", "-c"]
+    assert container["args"] == ["echo hi; $KUBERAY_GEN_AUTOSCALER_START_CMD"]
+    empty = autoscaler.sidecar(make({"command": [], "args": []}), IMAGE)
+    assert (empty["command"], empty["args"]) == (["/bin/bash", "-c", "--"], [START])
+
+
+@pytest.mark.parametrize(("version", "value"), [("v1", "false"), ("v2", "true"), (None, None)])
+def test_autoscaler_version_env_on_the_head(version: str | None, value: str | None) -> None:
+    """KubeRay v1.7.0 sets RAY_enable_autoscaler_v2 for an explicit v1 too (to false)."""
+    options = {"version": version} if version else None
+    pod = pods.head_pod(make(options))
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env.get("RAY_enable_autoscaler_v2") == value
 
 
 def test_head_pod_with_autoscaler() -> None:

@@ -1,4 +1,4 @@
-"""Head and worker pods: KubeRay v1.5.0's semantics, each able to fail."""
+"""Head and worker pods: KubeRay v1.7.0's semantics, each able to fail."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def test_head_start_line_has_kuberays_defaults_sorted_with_double_spaces() -> No
     pod = pods.head_pod(make(head={"resources": {"limits": {"cpu": "2", "memory": "4Gi"}}}))
     assert ray(pod)["command"] == ["/bin/bash", "-c", "--"]
     assert ray(pod)["args"] == [
-        "ulimit -n 65536; ray start --head  --block  --dashboard-agent-listen-port=52365  "
+        "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start --head  --block  "
+        "--dashboard-agent-listen-port=52365  "
         "--dashboard-host=0.0.0.0  --memory=4294967296  --metrics-export-port=8080  --num-cpus=2 "
     ]
 
@@ -86,7 +87,9 @@ def test_worker_start_line_points_at_the_head_service_fqdn() -> None:
         "--dashboard-agent-listen-port=52365",
         "--metrics-export-port=8080",
     ]
-    assert ray(pod)["args"][0].startswith("ulimit -n 65536; ray start  --address=")
+    assert ray(pod)["args"][0].startswith(
+        "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start  --address="
+    )
 
 
 def test_head_port_param_moves_workers_address_and_env() -> None:
@@ -161,6 +164,9 @@ def test_boolean_params_are_switches_except_log_color_and_include_dashboard() ->
     assert not [f for f in flags(pod) if "no-redirect" in f]
     assert "--log-color=true" in flags(pod)
     assert "--include-dashboard=false" in flags(pod)
+    # KubeRay v1.7.0 keeps include-log-monitor's value too (false was silently dropped)
+    pod = pods.head_pod(make(head_params={"include-log-monitor": "false"}))
+    assert "--include-log-monitor=false" in flags(pod)
 
 
 def test_user_params_override_defaults_but_block_is_forced() -> None:
@@ -216,7 +222,9 @@ def test_fractional_custom_resource_is_written_as_go_does() -> None:
 def test_user_command_without_ray_start_runs_before_it() -> None:
     pod = pods.head_pod(make(head={"command": ["echo", "hi"], "args": ["there"]}))
     assert ray(pod)["command"] == ["/bin/bash", "-c", "--"]
-    assert ray(pod)["args"][0].startswith(" echo  hi  there  && ulimit -n 65536; ray start --head")
+    assert ray(pod)["args"][0].startswith(
+        " echo  hi  there  && ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start --head"
+    )
 
 
 def test_user_command_with_ray_start_is_kept() -> None:
@@ -276,7 +284,11 @@ def test_labels_defaults_template_overrides_and_fixed_keys() -> None:
         "app.kubernetes.io/created-by": "me",
         "team": "a",
     }
-    assert pod["metadata"]["annotations"] == {"note": "kept", "ray.io/ft-enabled": "false"}
+    assert pod["metadata"]["annotations"] == {
+        "note": "kept",
+        "ray.io/ft-enabled": "false",
+        "ray.io/kuberay-version": "v1.7.0",
+    }
     assert pod["metadata"]["generateName"] == "demo-head-"
     assert pod["metadata"]["namespace"] == "ns"
     assert "ownerReferences" not in pod["metadata"]
@@ -304,7 +316,7 @@ def test_rayservice_cluster_labels_serve_and_adds_timeouts() -> None:
     assert head_env["RAY_timeout_ms_task_wait_for_death_info"] == "0"
     assert head_env["RAY_gcs_server_request_timeout_seconds"] == "5"
     assert head_env["RAY_SERVE_KV_TIMEOUT_S"] == "5"
-    assert head_env["RAY_USAGE_STATS_EXTRA_TAGS"] == "kuberay_version=v1.5.0;kuberay_crd=RayService"
+    assert head_env["RAY_USAGE_STATS_EXTRA_TAGS"] == "kuberay_version=v1.7.0;kuberay_crd=RayService"
     plain = pods.head_pod(make())
     assert "ray.io/serve" not in plain["metadata"]["labels"]
     assert "RAY_SERVE_KV_TIMEOUT_S" not in env(ray(plain))
@@ -321,6 +333,7 @@ def test_head_env_order_and_user_values_winning() -> None:
         "RAY_ADDRESS",
         "OTHER",
         "RAY_CLUSTER_NAME",
+        "RAY_CLUSTER_NAMESPACE",
         "RAY_CLOUD_INSTANCE_ID",
         "RAY_NODE_TYPE_NAME",
         "KUBERAY_GEN_RAY_START_CMD",
@@ -416,6 +429,42 @@ def test_rayservice_worker_readiness_checks_the_serve_proxy() -> None:
     assert ray(worker(cluster))["livenessProbe"]["exec"]["command"] == ["bash", "-c", RAYLET]
 
 
+@pytest.mark.parametrize("version", ["2.53.0", "2.60.1", "v2.53", "3.0"])
+def test_ray_2_53_and_later_probe_the_agents_healthz(version: str) -> None:
+    """KubeRay v1.7.0: one HTTP check, ``GET :<agent port>/api/healthz``, from Ray 2.53."""
+    cluster = make(
+        rayVersion=version, metadata={"labels": {"ray.io/originated-from-crd": "RayService"}}
+    )
+    head, work = ray(pods.head_pod(cluster)), ray(worker(cluster))
+    check = {"httpGet": {"path": "/api/healthz", "port": 52365}}
+    for container in (head, work):
+        assert {"httpGet": container["livenessProbe"]["httpGet"]} == check
+        assert "exec" not in container["livenessProbe"]
+    assert {"httpGet": head["readinessProbe"]["httpGet"]} == check
+    assert head["livenessProbe"]["timeoutSeconds"] == 5
+    # a RayService worker's readiness still runs the wget checks, with the serve proxy's
+    assert "httpGet" not in work["readinessProbe"]
+    assert work["readinessProbe"]["exec"]["command"][2].startswith(RAYLET + " && ")
+
+
+@pytest.mark.parametrize("version", ["2.52.1", "2.46.0", "2", "", "latest", "02.60.0"])
+def test_older_or_unreadable_ray_versions_keep_the_exec_probes(version: str) -> None:
+    container = ray(pods.head_pod(make(rayVersion=version)))
+    assert container["livenessProbe"]["exec"]["command"] == ["bash", "-c", f"{RAYLET} && {GCS}"]
+
+
+def test_probe_ports_follow_the_ray_start_params() -> None:
+    """KubeRay v1.7.0 probes the agent and dashboard ports the params set."""
+    cluster = make(head_params={"dashboard-agent-listen-port": "9999", "dashboard-port": "8300"})
+    command = ray(pods.head_pod(cluster))["livenessProbe"]["exec"]["command"][2]
+    assert "http://localhost:9999/api/local_raylet_healthz" in command
+    assert "http://localhost:8300/api/gcs_healthz" in command
+    cluster = make(rayVersion="2.53.0", head_params={"dashboard-agent-listen-port": "9999"})
+    assert ray(pods.head_pod(cluster))["readinessProbe"]["httpGet"]["port"] == 9999
+    bad = make(head_params={"dashboard-agent-listen-port": "not-a-port"})
+    assert ":52365/" in ray(pods.head_pod(bad))["livenessProbe"]["exec"]["command"][2]
+
+
 def test_user_probes_win_one_by_one() -> None:
     mine = {"httpGet": {"path": "/", "port": 1}}
     container = ray(pods.head_pod(make(head={"readinessProbe": mine})))
@@ -435,6 +484,13 @@ def test_shared_memory_volume_sized_by_memory_limit_then_request() -> None:
     assert pod["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "1G"
     pod = pods.head_pod(make())
     assert pod["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory"}
+
+
+def test_shared_memory_not_added_when_the_object_store_is_elsewhere() -> None:
+    """KubeRay v1.7.0: an explicit ``plasma-directory`` param means no /dev/shm volume."""
+    pod = pods.head_pod(make(head_params={"plasma-directory": "/data/plasma"}))
+    assert "volumes" not in pod["spec"]
+    assert "--plasma-directory=/data/plasma" in flags(pod)
 
 
 def test_shared_memory_not_added_when_something_is_mounted_there() -> None:
@@ -515,6 +571,7 @@ def test_gcs_fault_tolerance_options() -> None:
     assert head["metadata"]["annotations"] == {
         "ray.io/ft-enabled": "true",
         "ray.io/external-storage-namespace": "u-1",
+        "ray.io/kuberay-version": "v1.7.0",
     }
     values = env(ray(head))
     assert values["RAY_external_storage_namespace"] == "u-1"
@@ -540,6 +597,41 @@ def test_ft_annotation_with_redis_password_param() -> None:
 
 
 # --- multi-host, helpers, purity -------------------------------------------------------------
+
+
+def test_cluster_namespace_env_after_the_cluster_name() -> None:
+    for pod in (pods.head_pod(make()), worker(make())):
+        names = [e["name"] for e in ray(pod)["env"]]
+        assert names[names.index("RAY_CLUSTER_NAME") + 1] == "RAY_CLUSTER_NAMESPACE"
+        assert env(ray(pod))["RAY_CLUSTER_NAMESPACE"] == {
+            "fieldRef": {"fieldPath": "metadata.namespace"}
+        }
+
+
+def test_only_the_head_carries_the_kuberay_version() -> None:
+    assert pods.head_pod(make())["metadata"]["annotations"]["ray.io/kuberay-version"] == "v1.7.0"
+    assert "annotations" not in worker(make())["metadata"]
+
+
+def test_replica_slots_fill_the_lowest_free_indexes() -> None:
+    single = v1.WorkerGroupSpec(group_name="g", template={}, replicas=2)
+    assert pods.replica_slots(single) == [{"replica_index": 0}, {"replica_index": 1}]
+    assert pods.replica_slots(single, used=[0, 2], replicas=2) == [
+        {"replica_index": 1},
+        {"replica_index": 3},
+    ]
+    multi = v1.WorkerGroupSpec(group_name="tpu", template={}, replicas=2, num_of_hosts=2)
+    slots = pods.replica_slots(multi)
+    assert [(s["replica_index"], s["host_index"]) for s in slots] == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    ]
+    first, second = slots[0]["replica_name"], slots[2]["replica_name"]
+    assert first == slots[1]["replica_name"]
+    assert first != second
+    assert all(s["replica_name"].startswith("tpu-") and len(s["replica_name"]) == 9 for s in slots)
 
 
 def test_multihost_labels_only_when_asked() -> None:

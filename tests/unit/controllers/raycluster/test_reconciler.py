@@ -196,6 +196,122 @@ async def test_a_head_pod_deleted_by_hand_is_recreated(env: Env) -> None:
     assert again["metadata"]["name"] != head["metadata"]["name"]
 
 
+# -- replica indexes (KubeRay v1.7.0's RayMultiHostIndexing) ---------------------------------
+
+INDEX = "ray.io/worker-group-replica-index"
+REPLICA = "ray.io/worker-group-replica-name"
+HOST = "ray.io/replica-host-index"
+
+
+def labels_of(pods: list[dict[str, Any]], group: str) -> list[dict[str, str]]:
+    return [
+        p["metadata"]["labels"] for p in pods if p["metadata"]["labels"]["ray.io/group"] == group
+    ]
+
+
+async def test_workers_take_the_lowest_free_replica_index(env: Env) -> None:
+    await env.client.create(raycluster())
+    await env.reconcile()
+    pods = await env.pods()
+    assert sorted(lb[INDEX] for lb in labels_of(pods, "small")) == ["0", "1"]
+    assert [lb[INDEX] for lb in labels_of(pods, "large")] == ["0"]
+    assert not [lb for lb in labels_of(pods, "small") if REPLICA in lb or HOST in lb]
+    first = next(p for p in pods if p["metadata"]["labels"].get(INDEX) == "0"
+                 and p["metadata"]["labels"]["ray.io/group"] == "small")  # fmt: skip
+    await env.client.delete(PODS, "ns", first["metadata"]["name"])
+    await env.synced()
+    await env.reconcile()
+    assert sorted(lb[INDEX] for lb in labels_of(await env.pods(), "small")) == ["0", "1"]
+
+
+def multi_host(replicas: int = 2, **group: Any) -> dict[str, Any]:
+    return raycluster(workerGroupSpecs=[
+        {"groupName": "tpu", "replicas": replicas, "minReplicas": 0, "maxReplicas": 5,
+         "numOfHosts": 2, "rayStartParams": {}, "template": scenario.template("ray-worker"),
+         **group}])  # fmt: skip
+
+
+def replicas_of(pods: list[dict[str, Any]]) -> dict[str, list[tuple[str, str]]]:
+    out: dict[str, list[tuple[str, str]]] = {}
+    for lb in labels_of(pods, "tpu"):
+        out.setdefault(lb[REPLICA], []).append((lb[INDEX], lb[HOST]))
+    return {name: sorted(hosts) for name, hosts in out.items()}
+
+
+async def test_multi_host_replicas_are_created_whole_with_names_and_host_indexes(env: Env) -> None:
+    await env.client.create(multi_host())
+    await env.reconcile()
+    replicas = replicas_of(await env.pods())
+    assert sorted(replicas.values()) == [[("0", "0"), ("0", "1")], [("1", "0"), ("1", "1")]]
+    assert all(name.startswith("tpu-") and len(name) == 9 for name in replicas)
+
+
+async def test_a_multi_host_replica_missing_a_host_is_replaced_whole(env: Env) -> None:
+    await env.client.create(multi_host())
+    await env.reconcile()
+    pods = await env.pods()
+    before = replicas_of(pods)
+    [broken] = [n for n, hosts in before.items() if hosts[0][0] == "0"]
+    victim = next(p for p in pods if p["metadata"]["labels"].get(REPLICA) == broken)
+    await env.client.delete(PODS, "ns", victim["metadata"]["name"])
+    await env.synced()
+    await env.reconcile()  # the incomplete replica goes ...
+    assert broken not in replicas_of(await env.pods())
+    assert len(replicas_of(await env.pods())) == 1
+    await env.reconcile()  # ... and a new one takes its index
+    after = replicas_of(await env.pods())
+    assert sorted(after.values()) == sorted(before.values())
+    assert broken not in after
+
+
+async def test_an_ended_host_takes_its_whole_replica_with_it(env: Env) -> None:
+    await env.client.create(multi_host())
+    await env.reconcile()
+    await env.run_all()
+    pods = await env.pods()
+    ended = next(p for p in pods if p["metadata"]["labels"].get(HOST) == "1")
+    await env.set_phase(ended, "Failed", ready=False)
+    await env.synced()
+    await env.reconcile()
+    replicas = replicas_of(await env.pods())
+    assert ended["metadata"]["labels"][REPLICA] not in replicas
+    assert len(replicas) == 2, "replaced in the same pass"
+
+
+async def test_workers_to_delete_and_scale_down_remove_whole_replicas(env: Env) -> None:
+    await env.client.create(multi_host(replicas=3))
+    await env.reconcile()
+    pods = await env.pods()
+    named = next(p for p in pods if p["metadata"]["labels"].get(HOST) == "1")
+    await env.edit(workerGroupSpecs=multi_host(
+        replicas=2, scaleStrategy={"workersToDelete": [named["metadata"]["name"]]}
+    )["spec"]["workerGroupSpecs"])  # fmt: skip
+    await env.reconcile()
+    replicas = replicas_of(await env.pods())
+    assert named["metadata"]["labels"][REPLICA] not in replicas
+    assert len(replicas) == 2
+    await env.edit(workerGroupSpecs=multi_host(replicas=1)["spec"]["workerGroupSpecs"])
+    await env.reconcile()
+    assert [len(hosts) for hosts in replicas_of(await env.pods()).values()] == [2]
+
+
+async def test_multi_host_pods_without_a_replica_name_are_replaced(env: Env) -> None:
+    """Made before replica indexing: deleted, then whole replicas created (KubeRay v1.7.0
+    ignores them and creates replicas next to them)."""
+    await env.client.create(multi_host(replicas=1))
+    await env.reconcile()
+    for pod in await env.pods():
+        if pod["metadata"]["labels"]["ray.io/node-type"] == "worker":
+            for key in (INDEX, REPLICA, HOST):
+                pod["metadata"]["labels"].pop(key)
+            await env.client.update(pod)
+    await env.synced()
+    await env.reconcile()
+    assert labels_of(await env.pods(), "tpu") == []
+    await env.reconcile()
+    assert list(replicas_of(await env.pods()).values()) == [[("0", "0"), ("0", "1")]]
+
+
 class RefusingClient(fake.FakeClient):
     """A server whose pod admission refuses every worker pod, naming it as the server does."""
 

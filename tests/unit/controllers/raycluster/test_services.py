@@ -175,6 +175,19 @@ def test_serve_service() -> None:
         services.serve_service(make(ports=SAMPLE_PORTS))
 
 
+def test_serve_service_takes_serve_prefixed_ports_too() -> None:
+    """KubeRay v1.7.0: ``serve-<protocol>`` ports (gRPC) join ``serve``; sorted by name here
+    (Go map order there)."""
+    ports = [
+        {"name": "serve-grpc", "containerPort": 9000},
+        {"name": "serve", "containerPort": 8000},
+    ]
+    assert services.serve_service(make(ports=[*SAMPLE_PORTS, *ports]))["spec"]["ports"] == [
+        {"name": "serve", "port": 8000},
+        {"name": "serve-grpc", "port": 9000},
+    ]
+
+
 def test_headless_worker_service_for_multi_host_groups() -> None:
     template = {"spec": {"containers": [{"name": "w"}]}}
     single = make(workerGroupSpecs=[{"groupName": "a", "template": template}])

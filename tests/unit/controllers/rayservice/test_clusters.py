@@ -14,7 +14,9 @@ from runtime import equality, objects
 from tests.unit import helpers
 
 Obj = dict[str, Any]
-GOLDEN = helpers.TESTDATA / "kuberay-v1.5.0" / "ray-service.sample.json"
+GOLDEN = helpers.TESTDATA / "kuberay-v1.7.0" / "ray-service.sample.json"
+GOLDEN_V1_5 = helpers.TESTDATA / "kuberay-v1.5.0" / "ray-service.sample.json"
+"""A cluster KubeRay v1.5.0 made for its sample: one an operator upgrade must recognise."""
 
 
 def head(image: str = "rayproject/ray:2.46.0") -> Obj:
@@ -291,16 +293,31 @@ def test_different_configs_get_different_names() -> None:
 # --- desired_cluster ---------------------------------------------------------------------------
 
 
+def config_v1_7() -> Obj:
+    """KubeRay v1.7.0's sample rayClusterConfig as its CRD stores it: Ray 2.52.0, and the
+    CRD's default worker group ``priority: 0``."""
+    sample = json.loads(json.dumps(config()).replace("2.46.0", "2.52.0"))
+    for worker_group in sample["workerGroupSpecs"]:
+        worker_group["priority"] = 0
+    return dict(sample)
+
+
 def test_desired_cluster_equals_kuberays_for_its_sample() -> None:
     golden = json.loads(GOLDEN.read_text())
     assert golden["source"] == "config/samples/ray-service.sample.yaml"
+    assert golden["kuberay_version"] == "v1.7.0"
     recorded = golden["raycluster"]
-    ours = clusters.desired_cluster(service(), "rayservice-sample-xxxxx")
+    ours = clusters.desired_cluster(service(config_v1_7()), "rayservice-sample-xxxxx")
     # The hash value is ours, not KubeRay's (see the module docstring): only its shape compares.
     ours_hash = ours["metadata"]["annotations"].pop(clusters.HASH_ANNOTATION)
     kuberay_hash = recorded["metadata"]["annotations"].pop(clusters.HASH_ANNOTATION)
     assert re.fullmatch(r"[0-9A-V]{32}", ours_hash)
     assert re.fullmatch(r"[0-9A-V]{32}", kuberay_hash)
+    # Deliberately not KubeRay's version (clusters.KUBERAY_VERSION_VALUE): KubeRay taking the
+    # RayService back then updates the cluster in place instead of comparing hashes.
+    version = clusters.KUBERAY_VERSION_ANNOTATION
+    assert ours["metadata"]["annotations"].pop(version) == "rayservice-operator"
+    assert recorded["metadata"]["annotations"].pop(version) == "v1.7.0"
     assert equality.normalize(ours) == equality.normalize(recorded)
 
 
@@ -319,7 +336,7 @@ def test_desired_cluster_carries_the_services_labels_and_annotations() -> None:
         "note": "x",
         clusters.HASH_ANNOTATION: clusters.spec_hash(config()),
         clusters.NUM_WORKER_GROUPS_ANNOTATION: "1",
-        clusters.KUBERAY_VERSION_ANNOTATION: "v1.5.0",
+        clusters.KUBERAY_VERSION_ANNOTATION: "rayservice-operator",
     }
     assert (meta["name"], meta["namespace"]) == ("rayservice-sample-abcde", "ray-service-sample")
     assert (cluster["apiVersion"], cluster["kind"]) == ("ray.io/v1", "RayCluster")
@@ -441,13 +458,14 @@ def test_match_trusts_the_hash_over_the_spec() -> None:
 
 
 def test_match_a_cluster_kuberay_created_by_its_spec() -> None:
-    recorded = json.loads(GOLDEN.read_text())["raycluster"]
-    assert recorded["metadata"]["annotations"][clusters.HASH_ANNOTATION] != clusters.spec_hash(
-        config()
-    )
-    assert clusters.match(recorded, config()) is clusters.Match.EXACT
-    assert clusters.match(recorded, config(group(), group("more"))) is clusters.Match.APPENDED
-    assert clusters.match(recorded, {**config(), "rayVersion": "2.47.0"}) is clusters.Match.NONE
+    for golden, sample in ((GOLDEN_V1_5, config()), (GOLDEN, config_v1_7())):
+        recorded = json.loads(golden.read_text())["raycluster"]
+        kuberay_hash = recorded["metadata"]["annotations"][clusters.HASH_ANNOTATION]
+        assert kuberay_hash != clusters.spec_hash(sample)
+        assert clusters.match(recorded, sample) is clusters.Match.EXACT
+        more = {**sample, "workerGroupSpecs": [*sample["workerGroupSpecs"], group("more")]}
+        assert clusters.match(recorded, more) is clusters.Match.APPENDED
+        assert clusters.match(recorded, {**sample, "rayVersion": "2.47.0"}) is clusters.Match.NONE
 
 
 def test_match_a_cluster_made_before_tolerations_and_suspend_were_ignored() -> None:

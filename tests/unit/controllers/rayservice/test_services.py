@@ -12,7 +12,7 @@ from runtime import objects
 from tests.unit import helpers
 
 Obj = dict[str, Any]
-GOLDEN = helpers.TESTDATA / "kuberay-v1.5.0" / "ray-service.sample.json"
+GOLDEN = helpers.TESTDATA / "kuberay-v1.7.0" / "ray-service.sample.json"
 
 
 def service(**spec: Any) -> Obj:
@@ -242,9 +242,41 @@ def test_serve_service_template_supplies_the_port_when_the_head_has_none() -> No
     rs = service(serveService=template)
     rs["spec"]["rayClusterConfig"]["headGroupSpec"]["serviceType"] = "ClusterIP"
     svc = services.serve_service(rs, cluster(ports=[{"name": "gcs", "containerPort": 6379}]))
-    assert svc["spec"]["ports"] == [{"name": "serve", "port": 8443}]
+    # KubeRay v1.7.0 keeps the template's ports as given when the head has no serving one
+    assert svc["spec"]["ports"] == template["spec"]["ports"]
     assert svc["metadata"]["name"] == "demo-serve-svc"
     assert svc["spec"]["type"] == "ClusterIP"
+
+
+def test_serve_service_has_every_serving_port_sorted() -> None:
+    """``serve`` and ``serve-<protocol>`` (KubeRay v1.7.0), by name; no other port."""
+    ports = [
+        {"name": "serve-grpc", "containerPort": 9000},
+        {"name": "gcs", "containerPort": 6379},
+        {"name": "serve", "containerPort": 8000},
+        {"name": "server", "containerPort": 7000},
+    ]
+    svc = services.serve_service(service(), cluster(ports=ports))
+    assert svc["spec"]["ports"] == [
+        {"name": "serve", "port": 8000},
+        {"name": "serve-grpc", "port": 9000},
+    ]
+    only_grpc = cluster(ports=[{"name": "serve-grpc", "containerPort": 9000}])
+    assert services.serve_service(service(), only_grpc)["spec"]["ports"] == [
+        {"name": "serve-grpc", "port": 9000}
+    ]
+
+
+def test_serve_service_template_ports_of_the_same_name_win() -> None:
+    """KubeRay v1.7.0 merges by name, keeping e.g. the template's appProtocol for gRPC."""
+    grpc = {"name": "serve-grpc", "port": 9000, "appProtocol": "kubernetes.io/h2c"}
+    template = {"spec": {"ports": [grpc, {"name": "other", "port": 1}]}}
+    ports = [
+        {"name": "serve", "containerPort": 8000},
+        {"name": "serve-grpc", "containerPort": 9000},
+    ]
+    svc = services.serve_service(service(serveService=template), cluster(ports=ports))
+    assert svc["spec"]["ports"] == [{"name": "serve", "port": 8000}, grpc]
 
 
 # --- retargeted ----------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""The shape of the KubeRay v1.5.0 golden data (``tests/unit/testdata/kuberay-v1.5.0/``).
+"""The shape of the KubeRay v1.7.0 golden data (``tests/unit/testdata/kuberay-v1.7.0/``).
 
 Those files are written by ``hack/golden/kuberay_objects.py`` from KubeRay itself; tests of our
 builders compare against them. This module checks only that the data is what that script
 promises: one canonical JSON file per sample, the agreed keys, a RayCluster as stored without
 server bookkeeping, and created objects that belong to it (namespace, owner, labels, counts),
-with nothing volatile (uids, random names) left in.
+with nothing volatile (uids, random names, generated tokens) left in.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 
 from tests.unit import helpers
 
-DATA = helpers.TESTDATA / "kuberay-v1.5.0"
+VERSION = "v1.7.0"
+DATA = helpers.TESTDATA / f"kuberay-{VERSION}"
 
 SAMPLES = {
     "ray-cluster.sample": "config/samples/ray-cluster.sample.yaml",
@@ -29,11 +30,15 @@ SAMPLES = {
     "ray-cluster.tpu-v4-multihost": "config/samples/ray-cluster.tpu-v4-multihost.yaml",
     "ray-cluster.custom-head-service": "config/samples/ray-cluster.custom-head-service.yaml",
     "ray-service.sample": "config/samples/ray-service.sample.yaml",
+    "ray-cluster.external-redis": "config/samples/ray-cluster.external-redis.yaml",
+    "ray-cluster.deprecate-gcs-ft": "config/samples/ray-cluster.deprecate-gcs-ft.yaml",
+    "ray-cluster.auth": "config/samples/ray-cluster.auth.yaml",
     "ray_v1_raycluster": "config/samples/ray_v1_raycluster.yaml",
+    "ray_v1_rayservice": "config/samples/ray_v1_rayservice.yaml",
 }
 """File stem -> the ``source`` it records."""
 
-CREATED_KINDS = {"pods", "services", "serviceaccounts", "roles", "rolebindings"}
+CREATED_KINDS = {"pods", "services", "serviceaccounts", "roles", "rolebindings", "secrets"}
 SERVER_FIELDS = {"managedFields", "uid", "resourceVersion", "creationTimestamp", "generation"}
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -66,7 +71,7 @@ def test_file_is_canonical_json_with_the_agreed_keys(stem: str) -> None:
     assert text == json.dumps(document, indent=1, sort_keys=True) + "\n"
     assert set(document) == {"source", "kuberay_version", "raycluster", "created"}
     assert document["source"] == SAMPLES[stem]
-    assert document["kuberay_version"] == "v1.5.0"
+    assert document["kuberay_version"] == VERSION
     assert set(document["created"]) == CREATED_KINDS
     assert all(isinstance(v, list) for v in document["created"].values())
     assert UUID.search(text) is None, "a uid was left in"
@@ -147,3 +152,80 @@ def test_rayservice_cluster_name_has_its_random_suffix_replaced() -> None:
         "rayservice-sample",
         "<uid>",
     )
+
+
+def test_generated_secrets_are_redacted() -> None:
+    """Only the token-auth sample makes KubeRay create a Secret; its token is not kept."""
+    for stem in SAMPLES:
+        secrets = load(stem)["created"]["secrets"]
+        if stem == "ray-cluster.auth":
+            [secret] = secrets
+            assert secret["metadata"]["name"] == "ray-cluster-with-auth"
+            assert secret["data"] == {"auth_token": "<random>"}
+        else:
+            assert secrets == [], stem
+
+
+def test_multi_host_replica_names_are_stable() -> None:
+    pods = load("ray-cluster.tpu-v4-multihost")["created"]["pods"][1:]
+    labels = [p["metadata"]["labels"] for p in pods]
+    assert [lb["ray.io/worker-group-replica-name"] for lb in labels] == ["tpu-group-xxxx0"] * 2
+    assert [lb["ray.io/replica-host-index"] for lb in labels] == ["0", "1"]
+
+
+@pytest.mark.parametrize("stem", ["ray-cluster.external-redis", "ray-cluster.deprecate-gcs-ft"])
+def test_gcs_ft_storage_namespace_is_the_cluster_uid_placeholder(stem: str) -> None:
+    document = load(stem)
+    assert document["raycluster"]["metadata"]["finalizers"] == [
+        "ray.io/gcs-ft-redis-cleanup-finalizer"
+    ]
+    head = document["created"]["pods"][0]
+    assert head["metadata"]["annotations"]["ray.io/external-storage-namespace"] == "<uid>"
+
+
+# --- the recorder's own choices (hack/golden/kuberay_objects.py, loaded from its path) -----
+
+
+def recorder() -> Any:
+    import doctest
+    import importlib.util
+    import sys
+
+    path = helpers.ROOT / "hack" / "golden" / "kuberay_objects.py"
+    spec = importlib.util.spec_from_file_location("kuberay_objects_under_test", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    failed, _ = doctest.testmod(module)
+    assert failed == 0
+    return module
+
+
+def test_recorder_takes_binary_crds_and_samples_from_flags_or_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    module = recorder()
+    runs: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(module, "run", lambda peer, out: runs.append((peer, out)))
+    monkeypatch.setenv("KUBERAY_BIN", "/env/bin")
+    monkeypatch.setenv("KUBERAY_CRDS", "/env/crds")
+    monkeypatch.delenv("KUBERAY_SAMPLES", raising=False)
+    monkeypatch.delenv("KUBERAY_VERSION", raising=False)
+    assert module.main(["--kuberay-samples", str(tmp_path)]) == 0
+    peer, out = runs[-1]
+    assert peer.version == VERSION == module.KUBERAY_VERSION
+    assert (str(peer.binary), str(peer.crds), peer.samples) == ("/env/bin", "/env/crds", tmp_path)
+    assert out == helpers.TESTDATA / f"kuberay-{VERSION}"
+    assert module.main(["--kuberay-bin", "/flag/bin", "--kuberay-version", "v1.5.0"]) == 0
+    peer, out = runs[-1]
+    assert (str(peer.binary), peer.version, out.name) == ("/flag/bin", "v1.5.0", "kuberay-v1.5.0")
+
+
+def test_recorder_sample_lists_per_version() -> None:
+    module = recorder()
+    assert set(module.SAMPLES["v1.5.0"]) < set(module.SAMPLES["v1.7.0"])
+    recorded = {f"config/samples/{n}" for n in module.SAMPLES["v1.7.0"]}
+    recorded |= set(module.OWN_SAMPLES["v1.7.0"])
+    assert recorded == set(SAMPLES.values())
