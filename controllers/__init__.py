@@ -43,13 +43,19 @@ def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
       not created again (AlreadyExists on every pass). EndpointSlices carry their
       Service's labels (the EndpointSlice controller copies them) and are read by
       ``kubernetes.io/service-name``, whose values are not known in advance.
+    - **Jobs**: those labelled ``app.kubernetes.io/created-by=kuberay-operator``, as
+      KubeRay v1.7.0's cache: the GCS fault tolerance Redis clean-up Jobs (they carry the
+      head pod's labels), KubeRay's or ours.
     - RayClusters and RayServices: everything (they are ours).
 
     Every resource keeps the cache's default transform (``managedFields`` dropped)."""
     return {
         raycluster_interface.PODS: cache.ByResource(
             label_selector=raycluster_interface.CACHE_SELECTOR
-        )
+        ),
+        raycluster_interface.JOBS: cache.ByResource(
+            label_selector=raycluster_interface.JOB_CACHE_SELECTOR
+        ),
     }
 
 

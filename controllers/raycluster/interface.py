@@ -20,13 +20,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from api import v1
-from controllers.raycluster import names, pods, services, status, validation
+from controllers.raycluster import names, pods, redis_cleanup, services, status, validation
 
 __all__ = [
     "CACHE_SELECTOR",
     "CLUSTER_LABEL",
     "CREATED_BY",
     "IDENTIFIER_LABEL",
+    "JOBS",
+    "JOB_CACHE_SELECTOR",
     "KUBERAY_VERSION",
     "MANAGED_BY",
     "MAX_CLUSTER_NAME_LENGTH",
@@ -51,6 +53,8 @@ __all__ = [
 
 PODS = pods.PODS
 CACHE_SELECTOR = pods.CACHE_SELECTOR
+JOBS = redis_cleanup.JOBS
+JOB_CACHE_SELECTOR = redis_cleanup.CACHE_SELECTOR
 SERVICES = services.SERVICES
 
 CLUSTER_LABEL = names.CLUSTER_LABEL

@@ -4,7 +4,8 @@ reason the API server imposes (named below).
 Both reconcilers run on one recording fake client through a RayService's life (created,
 served, upgraded, old cluster deleted, deleted) and an autoscaled RayCluster's (its
 RBAC objects, scaled down); the kubernetes-proxy dashboard runs against a stand-in API
-server. What they asked for is compared with ``config/rbac/role.yaml`` and the proxy
+server; a GCS fault-tolerant RayCluster is deleted (its Redis clean-up Job). What they
+asked for is compared with ``config/rbac/role.yaml`` and the proxy
 role: a granted verb nobody uses fails here, so least privilege cannot rot.
 """
 
@@ -158,6 +159,21 @@ async def _life(env: Env, op: Operator) -> None:
     await env.client.update(cluster)
     await env.synced()
     await op.cluster("auto")
+    # a GCS fault-tolerant RayCluster: its Redis clean-up finalizer (update), then deleted:
+    # pods deleted, the clean-up Job created (and listed and watched through the cache)
+    ft = rayservice()["spec"]["rayClusterConfig"]
+    ft["gcsFaultToleranceOptions"] = {"redisAddress": "redis:6379"}
+    await env.client.create(
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+         "metadata": {"name": "ft", "namespace": "ns"}, "spec": ft}
+    )  # fmt: skip
+    await env.synced()
+    await op.cluster("ft")
+    await op.cluster("ft")
+    await env.client.delete(v1.RAYCLUSTERS, "ns", "ft")
+    await env.synced()
+    await op.cluster("ft")  # the pods go
+    await op.cluster("ft")  # the head is gone: the Job
     # the same Warning twice: the recorder aggregates it with a patch
     for _ in range(2):
         env.recorder.event(await env.service(), "Warning", "Same", "the same message")
