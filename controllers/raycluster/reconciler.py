@@ -317,7 +317,7 @@ class Reconciler:
         timeout = redis_cleanup.deletion_timeout(obj)
         if started is None or now is None:
             return timeout
-        return timeout - (now - started).total_seconds()
+        return min(timeout, timeout - (now - started).total_seconds())  # a clock behind
 
     async def _force_finalizer(self, obj: Obj, why: str) -> _Result:
         await self._drop_finalizer(obj)
