@@ -1,7 +1,7 @@
 """End to end, GCS fault tolerance with a real Redis and real Ray 2.60: the manager binary,
 KubeRay v1.7.0's Redis clean-up finalizer and Job, and the keys in Redis.
 
-Redis is Debian's ``redis-server`` (:mod:`tests.support.redis`), started inside the suite's
+Redis is Debian's ``redis-server`` (:mod:`tests.support.redisserver`), started inside the suite's
 pod network at a pod-network IP; the Ray pods (and the clean-up Job's pod) are run for real
 by :class:`tests.e2e.test_realray.Kubelet`, which also reports a Job pod's exit as its
 ``phase`` (as a kubelet does) so kube-controller-manager's Job controller finishes the Job.
@@ -16,7 +16,10 @@ by :class:`tests.e2e.test_realray.Kubelet`, which also reports a Job pod's exit 
    RayCluster whose Redis address has no listener and ``ray.io/gcs-ft-deletion-timeout:
    "20"``: its clean-up Job's pod keeps retrying (120 tries, 500 ms apart), and the
    cluster goes 20 s after its deletion with a Warning ``ForceDeletedStuckCluster``.
-3. :func:`test_serve_answers_through_a_worker_while_the_head_comes_back`: the head pod of
+3. :func:`test_the_cleanup_job_is_the_one_kuberay_makes_and_we_finish_its_deletion`:
+   KubeRay's own Job for a cluster, next to ours, field by field; then ours finishes the
+   deletion KubeRay started.
+4. :func:`test_serve_answers_through_a_worker_while_the_head_comes_back`: the head pod of
    a fault-tolerant RayService (a head with no CPUs for replicas, one worker holding the
    replica and a Serve proxy) is deleted while requests flow to the worker's proxy; the
    operator makes a new head, whose GCS recovers the cluster's state from Redis.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -37,12 +41,14 @@ import aiohttp
 import pytest
 
 import api.v1 as v1
+from controllers.raycluster import redis_cleanup
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from tests.e2e import harness, rayservices
+from tests.e2e import test_kuberay_handover as handover
 from tests.e2e import test_realray as realray_e2e
 from tests.support import realray
-from tests.support import redis as redis_
+from tests.support import redisserver as redis_
 
 Obj = dict[str, Any]
 JOBS = resources.default_registry.for_kind("batch/v1", "Job")
@@ -298,7 +304,11 @@ async def test_serve_answers_through_a_worker_while_the_head_comes_back(
         worker.verify()
         sender = asyncio.create_task(send())
         try:
-            await harness.until(lambda: _true_after(lambda: ok >= 10), 60, "traffic to the worker")
+
+            async def flowing() -> bool:
+                return ok >= 10
+
+            await harness.until(flowing, 60, "traffic to the worker")
             await api.delete(harness.PODS, namespace, old_head["metadata"]["name"])
 
             async def new_head_ready() -> Obj | None:
@@ -331,5 +341,112 @@ async def test_serve_answers_through_a_worker_while_the_head_comes_back(
         assert not kubelet.errors, kubelet.errors
 
 
-async def _true_after(check: Any) -> bool:
-    return bool(check())
+# -- the Job is KubeRay's ----------------------------------------------------------------------
+
+kuberay_binary = handover.kuberay_binary
+kuberays = handover.kuberays
+
+_KWARGS = re.compile(r"cleanup_redis_storage\(([^)]*)\)")
+
+
+def _kwargs(script: str) -> set[str]:
+    """The keyword arguments the clean-up script passes to ``cleanup_redis_storage``."""
+    match = _KWARGS.search(script)
+    assert match is not None, script
+    return {part.split("=", 1)[0].strip() for part in match.group(1).split(", ") if "=" in part}
+
+
+@pytest.mark.timeout(300)
+async def test_the_cleanup_job_is_the_one_kuberay_makes_and_we_finish_its_deletion(
+    world: harness.World,
+    api: client_.Client,
+    namespace: str,
+    managers: harness.Managers,
+    kuberays: handover.KubeRays,
+    redis: redis_.Redis,
+) -> None:
+    """KubeRay (v1.5.0 by default, ``$KUBERAY_BIN`` for v1.7.0: the same
+    ``buildRedisCleanupJob`` but for mTLS) starts deleting a fault-tolerant cluster and makes
+    its clean-up Job; ours, built from the same RayCluster, has the same fields. Then ours
+    takes over the deletion KubeRay started (its Job never ends here: kwok runs the pod) and
+    forces the finalizer off after the cluster's timeout."""
+    head = realray_e2e.rayservice(namespace)["spec"]["rayClusterConfig"]["headGroupSpec"]
+    cluster: Obj = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "kr", "namespace": namespace,
+                     "annotations": {"ray.io/gcs-ft-deletion-timeout": "120"}},
+        "spec": {"rayVersion": "2.60.0", "headGroupSpec": copy.deepcopy(head),
+                 "gcsFaultToleranceOptions": {"redisAddress": redis.address,
+                                              "redisPassword": {"value": "pw"}}},
+    }  # fmt: skip
+    kuberay = kuberays.start()
+    await api.create(cluster)
+
+    async def finalized() -> Obj | None:
+        obj = await api.get(v1.RAYCLUSTERS, namespace, "kr")
+        return obj if obj["metadata"].get("finalizers") == [FINALIZER] else None
+
+    created: Obj = await harness.until(finalized, 90, "KubeRay's clean-up finalizer")
+    await api.delete(v1.RAYCLUSTERS, namespace, "kr", propagation_policy="Background")
+
+    async def kuberays_job() -> Obj | None:
+        try:
+            return await api.get(JOBS, namespace, "kr-redis-cleanup")
+        except errors.NotFound:
+            return None
+
+    theirs: Obj = await harness.until(kuberays_job, 90, "KubeRay's clean-up Job")
+    kuberay.stop()
+    ours = redis_cleanup.job(v1.RayCluster.model_validate(created), owner=created)
+
+    def container(job: Obj) -> Obj:
+        [one] = job["spec"]["template"]["spec"]["containers"]
+        return one
+
+    def env(job: Obj) -> dict[str, Any]:
+        return {e["name"]: e.get("value") for e in container(job).get("env") or []}
+
+    assert ours["metadata"]["name"] == theirs["metadata"]["name"]
+    keys = (
+        "ray.io/node-type", "ray.io/cluster", "ray.io/group", "ray.io/is-ray-node",
+        "ray.io/identifier", "app.kubernetes.io/name", "app.kubernetes.io/created-by",
+    )  # fmt: skip
+    for where in (("metadata",), ("spec", "template", "metadata")):
+        mine, kuberays_ = ours, theirs
+        for step in where:
+            mine, kuberays_ = mine[step], kuberays_[step]
+        for key in keys:
+            assert mine["labels"].get(key) == kuberays_["labels"].get(key), (where, key)
+        for key in ("ray.io/ft-enabled", "ray.io/external-storage-namespace"):
+            assert mine["annotations"].get(key) == kuberays_["annotations"].get(key), (where, key)
+    ref_fields = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")
+    [their_ref] = theirs["metadata"]["ownerReferences"]
+    [our_ref] = ours["metadata"]["ownerReferences"]
+    assert {k: our_ref[k] for k in ref_fields} == {k: their_ref[k] for k in ref_fields}
+    for field in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        assert ours["spec"].get(field) == theirs["spec"].get(field), field
+    assert theirs["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert ours["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    for field in ("name", "image", "command", "resources", "livenessProbe", "readinessProbe"):
+        assert container(ours).get(field) == container(theirs).get(field), field
+    assert container(ours)["env"][-2:] == container(theirs)["env"][-2:]
+    for name in ("RAY_REDIS_ADDRESS", "REDIS_PASSWORD", "RAY_external_storage_namespace"):
+        assert env(ours)[name] == env(theirs)[name], name
+    assert _kwargs(container(ours)["args"][0]) == _kwargs(container(theirs)["args"][0])
+
+    # Ours finishes the deletion KubeRay started (its Job is found: KubeRay's labels).
+    await managers.start("pod-ip").wait_leading()
+    deleting = await api.get(v1.RAYCLUSTERS, namespace, "kr")
+    deleting["metadata"]["annotations"]["ray.io/gcs-ft-deletion-timeout"] = "1"
+    await api.update(deleting)
+
+    async def gone() -> bool:
+        try:
+            await api.get(v1.RAYCLUSTERS, namespace, "kr")
+        except errors.NotFound:
+            return True
+        return False
+
+    await harness.until(gone, 60, "the RayCluster KubeRay started deleting, gone")
+    assert [r for r, _ in await warnings(api, namespace, "kr")] == ["ForceDeletedStuckCluster"]

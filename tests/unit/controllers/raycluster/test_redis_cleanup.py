@@ -169,7 +169,7 @@ def test_when_the_finalizer_applies() -> None:
     assert not redis_cleanup.applies(model(scenario.raycluster()))
     rocks = scenario.raycluster(gcsFaultToleranceOptions={"backend": "rocksdb"})
     assert not redis_cleanup.applies(model(rocks))
-    annotated["metadata"]["annotations"][redis_cleanup.names.EXTERNAL_STORAGE_NS_ANNOTATION] = "n"
+    annotated["metadata"]["annotations"]["ray.io/external-storage-namespace"] = "n"
     assert redis_cleanup.storage_namespace(model(annotated)) == "n"
     opts = ft_cluster(uid="u")
     opts["spec"]["gcsFaultToleranceOptions"]["externalStorageNamespace"] = "o"
