@@ -240,6 +240,11 @@ async def test_a_cleanup_that_cannot_reach_redis_is_forced_off_after_the_timeout
             assert took >= 19, took
             assert cleanup.exit_code is None or cleanup.exit_code != 0, "never succeeded"
             assert "Attempting to connect" in cleanup.log_tail(200) or cleanup.alive()
+            await harness.until(
+                lambda: _reasons(api, namespace, "stuck", ["ForceDeletedStuckCluster"]),
+                30,
+                "the Warning",
+            )
             [(reason, message)] = await warnings(api, namespace, "stuck")
             assert reason == "ForceDeletedStuckCluster"
             assert "did not finish within 20 s" in message
@@ -454,4 +459,12 @@ async def test_the_cleanup_job_is_the_one_kuberay_makes_and_we_finish_its_deleti
         return False
 
     await harness.until(gone, 60, "the RayCluster KubeRay started deleting, gone")
-    assert [r for r, _ in await warnings(api, namespace, "kr")] == ["ForceDeletedStuckCluster"]
+    await harness.until(
+        lambda: _reasons(api, namespace, "kr", ["ForceDeletedStuckCluster"]), 30, "the Warning"
+    )
+
+
+async def _reasons(api: client_.Client, namespace: str, name: str, expected: list[str]) -> bool:
+    """The Warning Events of ``name`` have exactly the ``expected`` reasons (the recorder
+    writes them in the background)."""
+    return [r for r, _ in await warnings(api, namespace, name)] == expected
