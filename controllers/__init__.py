@@ -50,6 +50,9 @@ def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
       user's own ``authOptions.secretName`` Secret is read by GET instead
       (:mod:`controllers.rayservice.tokens`), so the operator's memory never holds the
       cluster's other credentials.
+    - **Jobs**: those labelled ``app.kubernetes.io/created-by=kuberay-operator``, as
+      KubeRay v1.7.0's cache: the GCS fault tolerance Redis clean-up Jobs (they carry the
+      head pod's labels), KubeRay's or ours.
     - RayClusters and RayServices: everything (they are ours).
 
     Every resource keeps the cache's default transform (``managedFields`` dropped)."""
@@ -59,6 +62,9 @@ def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
         ),
         raycluster_interface.SECRETS: cache.ByResource(
             label_selector=raycluster_interface.AUTH_SECRET_SELECTOR
+        ),
+        raycluster_interface.JOBS: cache.ByResource(
+            label_selector=raycluster_interface.JOB_CACHE_SELECTOR
         ),
     }
 

@@ -80,7 +80,7 @@ class Rule:
 _READ = "get list watch"
 
 RAYCLUSTER: tuple[Rule, ...] = (
-    Rule("ray.io", "rayclusters", f"{_READ} patch"),
+    Rule("ray.io", "rayclusters", f"{_READ} update patch"),
     Rule("ray.io", "rayclusters/status", "update"),
     Rule("ray.io", "rayclusters/finalizers", "update"),
     Rule("", "pods", f"{_READ} create delete patch"),
@@ -90,6 +90,7 @@ RAYCLUSTER: tuple[Rule, ...] = (
     Rule("rbac.authorization.k8s.io", "roles", "get create"),
     Rule("rbac.authorization.k8s.io", "rolebindings", "get create"),
     Rule("", "secrets", "list watch create"),
+    Rule("batch", "jobs", "list watch create"),
     Rule("events.k8s.io", "events", "create patch"),
 )
 """The RayCluster reconciler: owns head and worker pods, the head (and serve) service,
@@ -101,7 +102,10 @@ the autoscaler's Role grants ``get list watch patch`` on pods, ``patch`` on
 ``pods/resize`` and ``get patch`` on rayclusters, so those ``patch`` verbs are
 here for that reason only (the reconciler itself never patches). The autoscaler's
 ServiceAccount, Role and RoleBinding are read by ``get`` (never list/watched: the
-operator has no business caching every Role of the cluster)."""
+operator has no business caching every Role of the cluster). GCS fault tolerance: the
+Redis clean-up finalizer is added and removed with ``update`` on the RayCluster, and the
+clean-up Job is created and watched (``jobs``). Pods are deleted one by one (no
+``deletecollection``, which KubeRay uses)."""
 
 RAYSERVICE: tuple[Rule, ...] = (
     Rule("ray.io", "rayservices", f"{_READ} update"),

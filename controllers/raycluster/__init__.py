@@ -7,14 +7,16 @@ status, and no request at all once a cluster has converged.
   :mod:`~controllers.raycluster.autoscaler`: pure builders of the head and worker
   pods, the head (and serve) service, and the autoscaler's sidecar and RBAC;
 - :mod:`controllers.raycluster.status`: the status, computed in one pure function;
+- :mod:`controllers.raycluster.redis_cleanup`: GCS fault tolerance's Redis clean-up
+  finalizer and Job;
 - :mod:`controllers.raycluster.reconciler`: one reconcile pass.
 
 :func:`setup` wires the reconciler to a manager: it reconciles RayClusters on
 changes to their spec, labels or annotations (its own status writes and
-metadata noise do not wake it) and on any change to the pods, services and token
-Secrets it controls (a deleted token Secret is made again, as KubeRay does).
-:data:`RBAC` is what it needs in the API server (``config/rbac/role.yaml`` is
-generated from it).
+metadata noise do not wake it) and on any change to the pods, services, token
+Secrets (a deleted one is made again, as KubeRay does) and Redis clean-up Jobs it
+controls. :data:`RBAC` is what it needs in the API server (``config/rbac/role.yaml``
+is generated from it).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import api.v1 as v1
 from controllers import rbac
-from controllers.raycluster import auth, pods, services
+from controllers.raycluster import auth, pods, redis_cleanup, services
 from controllers.raycluster import reconciler as reconciler_
 from runtime import builder, predicate
 from runtime import controller as controller_
@@ -73,6 +75,7 @@ def setup(
         .owns(pods.PODS, delay=child_event_delay)
         .owns(services.SERVICES, delay=child_event_delay)
         .owns(auth.SECRETS, delay=child_event_delay)
+        .owns(redis_cleanup.JOBS, delay=child_event_delay)
         .with_options(
             max_concurrent_reconciles=max_concurrent_reconciles,
             skip_name_validation=skip_name_validation,

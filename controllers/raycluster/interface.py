@@ -20,7 +20,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from api import v1
-from controllers.raycluster import auth, names, pods, services, status, validation
+from controllers.raycluster import (
+    auth,
+    names,
+    pods,
+    redis_cleanup,
+    services,
+    status,
+    validation,
+)
 
 __all__ = [
     "AUTH_SECRET_SELECTOR",
@@ -29,6 +37,8 @@ __all__ = [
     "CLUSTER_LABEL",
     "CREATED_BY",
     "IDENTIFIER_LABEL",
+    "JOBS",
+    "JOB_CACHE_SELECTOR",
     "KUBERAY_VERSION",
     "MANAGED_BY",
     "MAX_CLUSTER_NAME_LENGTH",
@@ -55,6 +65,8 @@ __all__ = [
 
 PODS = pods.PODS
 CACHE_SELECTOR = pods.CACHE_SELECTOR
+JOBS = redis_cleanup.JOBS
+JOB_CACHE_SELECTOR = redis_cleanup.CACHE_SELECTOR
 SERVICES = services.SERVICES
 SECRETS = auth.SECRETS
 AUTH_TOKEN_KEY = auth.TOKEN_KEY

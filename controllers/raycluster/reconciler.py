@@ -4,15 +4,31 @@ reports what the cache shows.
 One :meth:`Reconciler.reconcile` reads the RayCluster and everything it owns from
 the cache (never from the API server), and in KubeRay v1.5.0's order:
 
-1. skips a cluster that is being deleted (owner references let the garbage
-   collector remove its pods and services) or whose ``spec.managedBy`` names
-   another controller;
+1. skips a cluster whose ``spec.managedBy`` names another controller, and one being
+   deleted unless it carries the Redis clean-up finalizer (owner references let the
+   garbage collector remove its pods and services). With that finalizer
+   (:mod:`controllers.raycluster.redis_cleanup`, KubeRay v1.7.0's flow): its head and
+   worker pods are deleted; once the head pod is gone (the GCS no longer writes to
+   Redis) the clean-up Job is created (a Normal ``CreatedRedisCleanupJob`` Event; a
+   refused create is a Warning ``FailedToCreateRedisCleanupJob`` and an error); when
+   the Job is ``Complete`` or ``Failed`` (``FailureTarget`` included; a failure is a
+   Warning ``RedisCleanupFailed``) the finalizer is removed; past the
+   ``ray.io/gcs-ft-deletion-timeout`` (checked once the head is gone) it is removed
+   anyway with a Warning ``ForceDeletedStuckCluster``. The pass is woken by the pods'
+   and the Job's changes and, for the timeout, ``requeue_after``. A stale finalizer is
+   removed at once on a cluster now on the embedded (RocksDB) backend, as KubeRay
+   does, and - unlike KubeRay, which leaves such a cluster Terminating for ever - on
+   one whose fault tolerance is no longer configured or whose spec cannot be read
+   (Warning ``ForceDeletedStuckCluster``). With ``ENABLE_GCS_FT_REDIS_CLEANUP=false``
+   (:attr:`Options.redis_cleanup`) the finalizer is neither added nor touched;
 2. refuses a cluster whose objects cannot be created at all (see
    :func:`controllers.raycluster.validation.problems`: a name too long for the
    ``ray.io/cluster`` label or for the generated pod names, duplicate groups):
    ``ReplicaFailure`` with reason ``InvalidRayClusterSpec`` and the problems as
    the message, one Warning Event, and a :class:`~runtime.reconcile.TerminalError`
    - no retry until the spec changes;
+   then, with GCS fault tolerance on the Redis backend, adds the clean-up finalizer
+   (a conditional update) before anything is created;
 3. with ``enableInTreeAutoscaling``, creates the autoscaler's ServiceAccount,
    Role and RoleBinding; with token authentication (``authOptions``, KubeRay v1.6+),
    the Secret ``<cluster>`` holding a random token
@@ -63,7 +79,8 @@ reason for it (``FailedToCreateHeadPod``, ``FailedToCreateWorkerPod``,
 is recorded (the recorder aggregates repeats), and the error is raised so
 the work queue retries with its growing per-item backoff - never a hot loop.
 
-Nothing is requeued on a timer: pods and services are watched (``owns``), so
+Nothing is requeued on a timer (but a deletion's timeout): pods, services and clean-up
+Jobs are watched (``owns``), so
 a converged cluster costs no request at all. No Normal Events are written for
 routine creates and deletes (each would be a write per pod; KubeRay writes
 them); failures get Warning Events.
@@ -71,6 +88,7 @@ them); failures get Warning Events.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -82,7 +100,15 @@ import structlog
 
 import api.v1 as v1
 from api.v1 import raycluster as raycluster_
-from controllers.raycluster import auth, autoscaler, names, pods, services, validation
+from controllers.raycluster import (
+    auth,
+    autoscaler,
+    names,
+    pods,
+    redis_cleanup,
+    services,
+    validation,
+)
 from controllers.raycluster import status as status_
 from runtime import clock, events, objects, reconcile
 from runtime import status as runtime_status
@@ -92,6 +118,8 @@ from runtime.client import errors, resources
 __all__ = ["MetricsObserver", "Options", "Reconciler"]
 
 Obj = dict[str, Any]
+_REQUEUE_SHORT = 2.0  # seconds: KubeRay's DefaultRequeueDuration
+_Result = reconcile.Result  # in annotations, where the method `reconcile` hides the module
 
 
 def _env_flag(name: str) -> bool:
@@ -116,6 +144,12 @@ class Options:
     pod_defaults: pods.PodDefaults = dataclasses.field(default_factory=pods.PodDefaults)
     """Sidecars, env vars, annotations and labels added to every pod (KubeRay's
     ``Configuration`` file). Default none."""
+    redis_cleanup: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get(redis_cleanup.ENABLE_ENV, "").lower() != "false"
+    )
+    """Hold GCS fault-tolerant (Redis) clusters with the clean-up finalizer until a Job has
+    deleted their Redis keys (KubeRay's ``ENABLE_GCS_FT_REDIS_CLEANUP``). Default
+    ``$ENABLE_GCS_FT_REDIS_CLEANUP`` is not ``false`` (any case)."""
 
 
 class MetricsObserver(Protocol):
@@ -171,11 +205,11 @@ class Reconciler:
                 self.metrics.forget(request.namespace, request.name)
             return reconcile.Result()
         meta = obj["metadata"]
-        if meta.get("deletionTimestamp"):
-            return reconcile.Result()
         managed_by = (obj.get("spec") or {}).get("managedBy")
         if managed_by not in (None, "", names.MANAGED_BY):
             return reconcile.Result()
+        if meta.get("deletionTimestamp"):
+            return await self._deleting(obj)
         try:
             cluster = v1.RayCluster.model_validate(obj)
         except pydantic.ValidationError as exc:
@@ -185,6 +219,14 @@ class Reconciler:
         if problems:
             await self._refuse(obj, cluster, problems)
             raise reconcile.TerminalError("; ".join(problems))
+        if (
+            self.options.redis_cleanup
+            and redis_cleanup.applies(cluster)
+            and not objects.has_finalizer(obj, redis_cleanup.FINALIZER)
+        ):
+            desired = copy.deepcopy(obj)
+            objects.add_finalizer(desired, redis_cleanup.FINALIZER)
+            obj = await self.client.update(desired)  # conditional: a 409 retries the pass
 
         failure: _ReplicaFailure | None = None
         try:
@@ -199,10 +241,136 @@ class Reconciler:
             raise failure
         return reconcile.Result()
 
+    # -- deletion ---------------------------------------------------------------------------
+
+    async def _deleting(self, obj: Obj) -> _Result:
+        """A RayCluster being deleted: nothing to do unless it carries the Redis clean-up
+        finalizer (owner references let the garbage collector remove its objects)."""
+        if not objects.has_finalizer(obj, redis_cleanup.FINALIZER):
+            return reconcile.Result()
+        try:
+            cluster = v1.RayCluster.model_validate(obj)
+        except pydantic.ValidationError as exc:
+            message = f"the spec cannot be read, so Redis cannot be cleaned: {exc}"
+            return await self._force_finalizer(obj, message)
+        if redis_cleanup.embedded(cluster):  # switched to RocksDB: nothing in Redis
+            await self._drop_finalizer(obj)
+            return reconcile.Result()
+        if not self.options.redis_cleanup:
+            return reconcile.Result()  # ENABLE_GCS_FT_REDIS_CLEANUP=false: the user's job
+        if not redis_cleanup.ft_enabled(cluster):
+            message = "GCS fault tolerance is no longer configured: nothing says where Redis is"
+            return await self._force_finalizer(obj, message)
+
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        found = await self._cluster_pods(namespace, name)
+        try:
+            live = [p for p in found if not p["metadata"].get("deletionTimestamp")]
+            await self._delete(live, "FailedDeleteAllPods")
+        except _ReplicaFailure as exc:
+            reason, action = _EVENTS.get(exc.failure.reason, (exc.failure.reason, "Delete"))
+            self.recorder.event(obj, "Warning", reason, exc.failure.message, action=action)
+            raise
+        if any(pods.is_head(p) for p in found):
+            # The GCS may still write to Redis: wait until the head pod is gone (its
+            # deletion event brings the cluster back).
+            return reconcile.Result()
+
+        jobs = [
+            j
+            for j in await self.cache.list(
+                redis_cleanup.JOBS, namespace, label_selector=redis_cleanup.job_selector(name)
+            )
+            if objects.is_controlled_by(j, obj)
+        ]
+        remaining = self._until_forced(obj)
+        if remaining <= 0:
+            message = (
+                f"the Redis clean-up did not finish within {redis_cleanup.deletion_timeout(obj):g} "
+                f"s of the deletion; Redis storage namespace "
+                f"{redis_cleanup.storage_namespace(cluster)!r} may need a manual clean-up"
+            )
+            return await self._force_finalizer(obj, message)
+        if jobs:
+            outcome = redis_cleanup.finished(jobs[0])
+            if outcome is None:
+                return reconcile.Result(requeue_after=remaining)  # or the Job's next change
+            self.log.info(
+                "redis clean-up job finished",
+                job=jobs[0]["metadata"]["name"],
+                outcome=outcome,
+                storage_namespace=redis_cleanup.storage_namespace(cluster),
+            )
+            if outcome == "Failed":
+                self.recorder.event(
+                    obj,
+                    "Warning",
+                    "RedisCleanupFailed",
+                    f"Redis clean-up Job {jobs[0]['metadata']['name']} failed: delete the "
+                    f"storage namespace {redis_cleanup.storage_namespace(cluster)!r} by hand",
+                    action="Cleanup",
+                )
+            await self._drop_finalizer(obj)
+            return reconcile.Result()
+        job = redis_cleanup.job(
+            cluster,
+            cluster_domain=self.options.cluster_domain,
+            created_by=self.options.created_by,
+            defaults=self.options.pod_defaults,
+            owner=obj,
+        )
+        job_name = job["metadata"]["name"]
+        try:
+            await self.client.create(job, namespace=namespace)
+        except errors.AlreadyExists:  # not ours (a cluster of this name before), or racing
+            return reconcile.Result(requeue_after=min(remaining, _REQUEUE_SHORT))
+        except errors.ApiError as exc:
+            self.recorder.event(
+                obj,
+                "Warning",
+                "FailedToCreateRedisCleanupJob",
+                f"Failed to create Redis cleanup Job {namespace}/{job_name}: {exc.message or exc}",
+                action="Create",
+            )
+            raise
+        self.recorder.event(
+            obj, "Normal", "CreatedRedisCleanupJob",
+            f"Created Redis cleanup Job {namespace}/{job_name}", action="Create",
+        )  # fmt: skip
+        return reconcile.Result(requeue_after=remaining)
+
+    def _until_forced(self, obj: Obj) -> float:
+        """Seconds until the finalizer is forced off (<= 0: now)."""
+        started = clock.parse_rfc3339(obj["metadata"].get("deletionTimestamp"))
+        now = clock.parse_rfc3339(self.now())
+        timeout = redis_cleanup.deletion_timeout(obj)
+        if started is None or now is None:
+            return timeout
+        return min(timeout, timeout - (now - started).total_seconds())  # a clock behind
+
+    async def _force_finalizer(self, obj: Obj, why: str) -> _Result:
+        await self._drop_finalizer(obj)
+        self.recorder.event(
+            obj, "Warning", "ForceDeletedStuckCluster",
+            f"Removed the finalizer {redis_cleanup.FINALIZER}: {why}", action="Cleanup",
+        )  # fmt: skip
+        return reconcile.Result()
+
+    async def _drop_finalizer(self, obj: Obj) -> None:
+        desired = copy.deepcopy(obj)
+        if not objects.remove_finalizer(desired, redis_cleanup.FINALIZER):
+            return
+        try:
+            await self.client.update(desired)  # conditional on resourceVersion
+        except errors.NotFound:
+            return
+
     # -- status ---------------------------------------------------------------------------
 
     async def _cluster_pods(self, namespace: str, name: str) -> list[Obj]:
-        return await self.cache.list(pods.PODS, namespace, label_selector=pods.selector(name))
+        """The cluster's head and worker pods (not its clean-up Job's)."""
+        found = await self.cache.list(pods.PODS, namespace, label_selector=pods.selector(name))
+        return [p for p in found if pods.node_type_of(p) != pods.REDIS_CLEANUP]
 
     async def _write_status(
         self, obj: Obj, cluster: v1.RayCluster, failure: status_.Failure | None

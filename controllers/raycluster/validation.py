@@ -244,6 +244,7 @@ def _spec_problems(cluster: v1.RayCluster) -> list[str]:
                 f"cannot set the {names.EXTERNAL_STORAGE_NS_ANNOTATION} annotation with "
                 "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.externalStorageNamespace"
             )
+        found += _ft_backend_problems(ft_options)
     if head.ray_start_params.get("redis-username") or "REDIS_USERNAME" in head_env:
         found.append(
             "cannot set a redis username in rayStartParams or environment variables; "
@@ -291,6 +292,26 @@ def _unsupported_problems(cluster: v1.RayCluster) -> list[str]:
             "not be recreated when the templates change); remove it or use 'None'"
         )
     return found
+
+
+def _ft_backend_problems(options: Mapping[str, Any]) -> list[str]:
+    """KubeRay v1.7.0's backend rules: the embedded ``rocksdb`` backend needs a feature gate
+    (``GCSFaultToleranceEmbeddedStorage``) whose behaviour this operator does not have,
+    and ``storage`` belongs to that backend only."""
+    backend = options.get("backend") or "redis"
+    if backend == "rocksdb":
+        return [
+            "gcsFaultToleranceOptions.backend 'rocksdb' (the embedded GCS store, KubeRay's "
+            "GCSFaultToleranceEmbeddedStorage feature gate) is not supported by this operator"
+        ]
+    if backend != "redis":
+        return [f"gcsFaultToleranceOptions.backend {backend!r} is not one of 'redis', 'rocksdb'"]
+    if options.get("storage") is not None:
+        return [
+            "cannot set gcsFaultToleranceOptions.storage when the backend is 'redis': it only "
+            "applies to the 'rocksdb' backend"
+        ]
+    return []
 
 
 def _has_serve_port(head_containers: list[Any]) -> bool:

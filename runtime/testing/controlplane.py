@@ -9,7 +9,7 @@ to end: :class:`ControlPlane` starts, from binaries you built (see
   ``system:masters``, RBAC, a service-account issuer and signing key, a service
   CIDR nothing connects to, ``--endpoint-reconciler-type=none``) - always;
 - **kube-controller-manager** (garbage collector, namespaces, EndpointSlices,
-  service accounts, ReplicaSets/Deployments) - ``Options.controller_manager``;
+  service accounts, ReplicaSets/Deployments, Jobs) - ``Options.controller_manager``;
 - **kube-scheduler** and **kwok** (a fake kubelet: harness-made nodes turn Ready,
   bound pods turn Running with an IP from their node's ``spec.podCIDR``, deleted
   pods go away) - ``Options.scheduler`` / ``Options.kwok``;
@@ -136,7 +136,8 @@ class Options:
     Default: ``$CONTROLPLANE_BIN_DIR``; required one way or the other."""
 
     controller_manager: bool = False
-    """Run kube-controller-manager (garbage collection, namespaces, EndpointSlices). Default off."""
+    """Run kube-controller-manager (garbage collection, namespaces, EndpointSlices, Jobs).
+    Default off."""
 
     scheduler: bool = False
     """Run kube-scheduler, so pods get bound to nodes. Default off."""
@@ -450,7 +451,7 @@ class ControlPlane:
                         f"--root-ca-file={certs / 'ca.crt'}",
                         "--leader-elect=false",
                         "--controllers=garbagecollector,namespace,endpointslice,endpoint,"
-                        "serviceaccount,serviceaccount-token,replicaset,deployment",
+                        "serviceaccount,serviceaccount-token,replicaset,deployment,job",
                         f"--secure-port={ports[0]}",
                         "--bind-address=127.0.0.1",
                         "--concurrent-gc-syncs=5",

@@ -111,12 +111,17 @@ class Kubelet:
     """Runs every Ray pod of ``namespace`` for real once it has an IP (once per pod UID,
     :meth:`realray.Harness.run` in a thread: it blocks while it builds the network) and
     stops it when the pod is being deleted, as a kubelet would (the harness does not watch
-    the API)."""
+    the API). When a head pod starts, the running pods' names follow it
+    (:meth:`realray.Harness.refresh_names`), as cluster DNS would."""
 
-    def __init__(self, api: client_.Client, real: realray.Harness, namespace: str) -> None:
+    def __init__(
+        self, api: client_.Client, real: realray.Harness, namespace: str, selector: str = RAY_NODES
+    ) -> None:
         self.api = api
         self.real = real
         self.namespace = namespace
+        self.selector = selector
+        """Which pods it runs (default: every Ray node, clean-up Jobs' pods included)."""
         self.pods: dict[str, realray.RealPod] = {}
         """Pod UID -> the pod run for real (every one ever started, stopped ones too)."""
         self.stopped: set[str] = set()
@@ -162,7 +167,9 @@ class Kubelet:
     async def _follow(self) -> None:
         while True:
             try:
-                listed = await self.api.list(harness.PODS, self.namespace, label_selector=RAY_NODES)
+                listed = await self.api.list(
+                    harness.PODS, self.namespace, label_selector=self.selector
+                )
                 for item in listed.items:
                     self._seen("ADDED", item)
                 present = {str(item["metadata"]["uid"]) for item in listed.items}
@@ -170,7 +177,7 @@ class Kubelet:
                     self._stops[uid] = asyncio.create_task(self._stop(uid))
                 async for event in self.api.watch(
                     harness.PODS, self.namespace, resource_version=listed.resource_version,
-                    label_selector=RAY_NODES, timeout_seconds=300,
+                    label_selector=self.selector, timeout_seconds=300,
                 ):  # fmt: skip
                     if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                         self._seen(str(event["type"]), event["object"])
@@ -189,7 +196,10 @@ class Kubelet:
 
     async def _run(self, uid: str, name: str) -> None:
         try:
-            self.pods[uid] = await asyncio.to_thread(self.real.run, self.namespace, name)
+            real = self.pods[uid] = await asyncio.to_thread(self.real.run, self.namespace, name)
+            if real.pod["metadata"].get("labels", {}).get("ray.io/node-type") == "head":
+                # A replaced head: the other pods' hosts files follow it, as cluster DNS.
+                await asyncio.to_thread(self.real.refresh_names)
         except Exception as exc:  # reported by the test (errors), with the pods' tails
             self.errors.append(f"running {name}: {exc!r}")
 

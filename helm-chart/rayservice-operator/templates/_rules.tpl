@@ -49,6 +49,14 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   - update
   - watch
 - apiGroups:
+  - batch
+  resources:
+  - jobs
+  verbs:
+  - create
+  - list
+  - watch
+- apiGroups:
   - discovery.k8s.io
   resources:
   - endpointslices

@@ -68,6 +68,9 @@ pod network of a :class:`runtime.testing.controlplane.ControlPlane`):
    changes are written (``status`` subresource, strategic merge patch). The window
    between kwok's Ready and the harness's ``False`` is short but real: a test that
    needs the truth waits for a transition after :attr:`RealPod.started_at`.
+   When the container exits under ``restartPolicy: Never`` (a Job's pod: KubeRay's Redis
+   clean-up), the pod's ``phase`` becomes ``Succeeded`` (exit 0) or ``Failed``, as a
+   kubelet reports it, so the Job controller sees the Job finish.
 
 Processes in the *shared* pod namespace (the simulator) cannot open connections to a pod
 run here: their source address is the gateway's, which the pod does not route back
@@ -75,6 +78,9 @@ run here: their source address is the gateway's, which the pod does not route ba
 ``pods/proxy`` and ``services/proxy``) and other real pods can. The container's
 environment is built from the pod spec alone, not from the harness's own environment
 (a container does not inherit its node's).
+
+**Names after a head moves** (:meth:`Harness.refresh_names`): the hosts files of running
+pods are rewritten in place with the head's new IP (GCS fault tolerance: workers reconnect).
 
 **Stopping** (:meth:`RealPod.stop`, :meth:`Harness.close`): SIGTERM to the container's
 process group, then SIGKILL to every process still in the pod's network namespace (all
@@ -415,6 +421,29 @@ class Harness:
 
     # -- running a pod -------------------------------------------------------------------------
 
+    def refresh_names(self) -> list[RealPod]:
+        """Point the head service's names at the head's current IP in the hosts file of every
+        pod still running (cluster DNS follows the head Service's endpoints the same way):
+        after a head pod is replaced, its workers' GCS client reconnects to the new one. The
+        file is rewritten in place, so the processes see it through their bind mount.
+        Returns the pods whose file changed."""
+        changed = []
+        with self._lock:
+            running = [p for p in self.pods if p._created and not p._stop.is_set()]
+        for real in running:
+            try:
+                names = self._names(real.pod)
+            except RealRayError:
+                continue  # no head with an IP right now: keep the old names
+            if names and names != real.names:
+                real.names = names
+                hosts = pathlib.Path("/etc/netns") / real.netns / "hosts"
+                with open(hosts, "r+") as file:  # same inode: the bind mounts see it
+                    file.truncate(0)
+                    file.write(podspec.hosts_file(real.pod, names))
+                changed.append(real)
+        return changed
+
     def run(self, namespace: str, name: str) -> RealPod:
         """Start pod ``namespace/name`` for real (see the module docstring); returns once its
         network is in place and verified; init containers and the container start in a
@@ -689,9 +718,12 @@ class RealPod:
                     entry["state"] = {"terminated": {"exitCode": self.exit_code,
                                                      "finishedAt": _now()}}  # fmt: skip
             statuses.append(entry)
+        patch: dict[str, Any] = {"conditions": conditions, "containerStatuses": statuses}
+        if self.exit_code is not None and (pod.get("spec") or {}).get("restartPolicy") == "Never":
+            patch["phase"] = "Succeeded" if self.exit_code == 0 else "Failed"
         self.harness.cp.request(
             "PATCH", self._path + "/status",
-            {"status": {"conditions": conditions, "containerStatuses": statuses}},
+            {"status": patch},
             content_type="application/strategic-merge-patch+json",
         )  # fmt: skip
 

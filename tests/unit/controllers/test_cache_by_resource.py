@@ -1,17 +1,18 @@
-"""``controllers.cache_by_resource``: the manager's cache holds Ray pods only, and every pod
-the RayCluster builders make is one of them (else the operator would not see its own pods);
-of the Secrets only the token Secrets the RayCluster controller makes."""
+"""``controllers.cache_by_resource``: the manager's cache holds Ray pods, the token Secrets
+and KubeRay's Jobs only, and every pod and Redis clean-up Job the RayCluster builders make
+is one of them (else the operator would not see its own)."""
 
 from __future__ import annotations
 
 import controllers
 from api import v1
-from controllers.raycluster import auth, pods
+from controllers.raycluster import auth, pods, redis_cleanup
 from runtime.cache import selector
 from runtime.client import resources
 
 POD = resources.default_registry.for_kind("v1", "Pod")
 SECRET = resources.default_registry.for_kind("v1", "Secret")
+JOB = resources.default_registry.for_kind("batch/v1", "Job")
 
 
 def cluster(labels: dict[str, str]) -> v1.RayCluster:
@@ -26,12 +27,27 @@ def cluster(labels: dict[str, str]) -> v1.RayCluster:
 
 def test_pods_are_filtered_as_kuberay_v1_7_does_and_secrets_more_than_it_does() -> None:
     by = controllers.cache_by_resource()
-    assert list(by) == [POD, SECRET]
+    assert list(by) == [POD, SECRET, JOB]
     assert by[SECRET].label_selector == "ray.io/cluster"
     assert by[SECRET].transform is None
     assert by[POD].label_selector == "ray.io/node-type in (head,worker,redis-cleanup)"
-    assert by[POD].field_selector is None
-    assert by[POD].transform is None, "the default transform (managedFields dropped) only"
+    assert by[JOB].label_selector == "app.kubernetes.io/created-by=kuberay-operator"
+    for resource in (POD, JOB):
+        assert by[resource].field_selector is None
+        assert by[resource].transform is None, "the default transform (managedFields dropped)"
+
+
+def test_every_redis_cleanup_job_we_build_and_its_pods_are_in_the_cache() -> None:
+    by = controllers.cache_by_resource()
+    jobs = selector.parse(by[JOB].label_selector or "")
+    pod_sel = selector.parse(by[POD].label_selector or "")
+    for labels in ({}, {"app.kubernetes.io/created-by": "someone-else", "ray.io/node-type": "x"}):
+        c = cluster(labels)
+        c.spec.gcs_fault_tolerance_options = {"redisAddress": "redis:6379"}
+        job = redis_cleanup.job(c)
+        assert jobs.matches(job["metadata"]["labels"])
+        assert pod_sel.matches(job["spec"]["template"]["metadata"]["labels"])
+    assert not jobs.matches({"app": "batch"})
 
 
 def test_every_pod_we_build_is_in_the_cache_and_other_pods_are_not() -> None:

@@ -3,10 +3,12 @@ reason the API server imposes (named below).
 
 Both reconcilers run on one recording fake client through a RayService's life (created,
 served, upgraded, old cluster deleted, deleted), an autoscaled RayCluster's (its
-RBAC objects, scaled down) and a token-auth RayCluster's (its token Secret, and a user's
-named token Secret read for the dashboard); the kubernetes-proxy dashboard runs against a
-stand-in API server. What they asked for is compared with ``config/rbac/role.yaml`` and
-the proxy role: a granted verb nobody uses fails here, so least privilege cannot rot.
+RBAC objects, scaled down), a token-auth RayCluster's (its token Secret, and a user's
+named token Secret read for the dashboard) and a GCS fault-tolerant RayCluster's
+deletion (its Redis clean-up Job); the kubernetes-proxy dashboard runs against a
+stand-in API server. What they asked for is compared with ``config/rbac/role.yaml``
+and the proxy role: a granted verb nobody uses fails here, so least privilege cannot
+rot.
 """
 
 from __future__ import annotations
@@ -178,6 +180,21 @@ async def _life(env: Env, op: Operator) -> None:
     named = {"metadata": {"name": "tok", "namespace": "ns"},
              "spec": {**tok, "authOptions": {"mode": "token", "secretName": "mine"}}}  # fmt: skip
     await op._run(tokens.Tokens(env.client, env.cache).token_for(named))
+    # a GCS fault-tolerant RayCluster: its Redis clean-up finalizer (update), then deleted:
+    # pods deleted, the clean-up Job created (and listed and watched through the cache)
+    ft = rayservice()["spec"]["rayClusterConfig"]
+    ft["gcsFaultToleranceOptions"] = {"redisAddress": "redis:6379"}
+    await env.client.create(
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+         "metadata": {"name": "ft", "namespace": "ns"}, "spec": ft}
+    )  # fmt: skip
+    await env.synced()
+    await op.cluster("ft")
+    await op.cluster("ft")
+    await env.client.delete(v1.RAYCLUSTERS, "ns", "ft")
+    await env.synced()
+    await op.cluster("ft")  # the pods go
+    await op.cluster("ft")  # the head is gone: the Job
     # the same Warning twice: the recorder aggregates it with a patch
     for _ in range(2):
         env.recorder.event(await env.service(), "Warning", "Same", "the same message")

@@ -139,6 +139,18 @@ def test_valid_cluster_has_no_problems() -> None:
             "RAY_REDIS_ADDRESS env var",
         ),
         (
+            lambda: make(gcsFaultToleranceOptions={"backend": "rocksdb"}),
+            "backend 'rocksdb'",
+        ),
+        (
+            lambda: make(gcsFaultToleranceOptions={"backend": "etcd", "redisAddress": "r"}),
+            "backend 'etcd' is not one of",
+        ),
+        (
+            lambda: make(gcsFaultToleranceOptions={"redisAddress": "r", "storage": {}}),
+            "storage when the backend is 'redis'",
+        ),
+        (
             lambda: make(
                 enableInTreeAutoscaling=True,
                 autoscalerOptions={"version": "v2"},
