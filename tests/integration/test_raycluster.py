@@ -328,7 +328,7 @@ async def test_an_invalid_template_is_a_replica_failure_retried_with_backoff(
     puts = control_plane.request_counts().get(("PUT", "rayclusters", "status"), 0) - puts_before
     assert puts <= 2, "the same failure on every retry is written once"
     found = [e for e in (await client.list(EVENTS, namespace)).items
-             if e["reason"] == "FailedCreateWorkerPod"]  # fmt: skip
+             if e["reason"] == "FailedToCreateWorkerPod"]  # KubeRay's Event reason  # fmt: skip
     assert len(found) == 1, "one aggregated Event"
     assert found[0]["type"] == "Warning"
     assert found[0].get("count", 1) >= 2
