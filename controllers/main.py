@@ -377,7 +377,7 @@ def _apply(
         setattr(settings, field, value)
     if config.use_kubernetes_proxy:
         settings.dashboard_address_mode = "kubernetes-proxy"
-    return [flag for flag in ignored if any(a.split("=")[0] == flag for a in argv)] or ignored
+    return ignored
 
 
 def _report(settings: Settings, overridden: Sequence[str]) -> None:
