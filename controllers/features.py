@@ -7,8 +7,9 @@ on all three), and an empty string keeps every default. ``AllAlpha`` and
 over them, whatever the order.
 
 The gates and their defaults are v1.7.0's (``pkg/features/features.go``).
-:data:`BEHAVES_AS` says what this operator does whatever a gate says (it implements
-none of them yet: their features are missing here, or always on); every gate whose
+:data:`FOLLOWED` are the gates this operator acts on as KubeRay does
+(``RayServiceIncrementalUpgrade``); :data:`BEHAVES_AS` says what it does whatever the
+other gates say (their features are missing here, or always on); every such gate whose
 value differs is accepted and reported by :meth:`Gates.without_effect`, so the
 caller can say so in one line at start-up.
 
@@ -16,8 +17,7 @@ caller can say so in one line at start-up.
 >>> gates.enabled("RayClusterStatusConditions"), gates.enabled("RayServiceIncrementalUpgrade")
 (False, True)
 >>> gates.without_effect()  # doctest: +NORMALIZE_WHITESPACE
-['RayClusterStatusConditions=false', 'RayCronJob=true', 'RayJobDeletionPolicy=true',
- 'RayServiceIncrementalUpgrade=true']
+['RayClusterStatusConditions=false', 'RayCronJob=true', 'RayJobDeletionPolicy=true']
 >>> parse("NoSuchGate=true")
 Traceback (most recent call last):
 ...
@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Literal
 
-__all__ = ["BEHAVES_AS", "DEFAULTS", "Gate", "Gates", "parse"]
+__all__ = ["BEHAVES_AS", "DEFAULTS", "FOLLOWED", "Gate", "Gates", "parse"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +56,11 @@ DEFAULTS: Mapping[str, Gate] = {
 }
 """KubeRay v1.7.0's gates: name -> default and stage."""
 
+FOLLOWED = frozenset({"RayServiceIncrementalUpgrade"})
+"""Gates whose value this operator follows: ``RayServiceIncrementalUpgrade`` (on:
+``NewClusterWithIncrementalUpgrade`` upgrades through a Gateway; off: that strategy
+behaves as ``None``, as in KubeRay v1.7.0)."""
+
 BEHAVES_AS: Mapping[str, bool] = {
     **{name: False for name in DEFAULTS},
     "RayClusterStatusConditions": True,
@@ -64,7 +69,7 @@ BEHAVES_AS: Mapping[str, bool] = {
 """What this operator does, as a gate value, whatever the gate says: RayCluster status
 conditions are always written and worker pods always carry the replica labels (whole
 multi-host replicas are created and deleted together); RayJobs, RayCronJobs,
-incremental upgrades, network policies, mTLS, the history server, embedded GCS storage
+network policies, mTLS, the history server, embedded GCS storage
 and the Kubernetes WAS scheduler are not implemented."""
 
 _ALL = {"AllAlpha": "Alpha", "AllBeta": "Beta"}
@@ -85,12 +90,12 @@ class Gates:
         return self.values[name]
 
     def without_effect(self) -> list[str]:
-        """The gates whose value this operator does not follow (:data:`BEHAVES_AS`), as
-        ``Name=value``, sorted."""
+        """The gates whose value this operator does not follow (not in :data:`FOLLOWED`,
+        and unlike :data:`BEHAVES_AS`), as ``Name=value``, sorted."""
         return [
             f"{name}={str(value).lower()}"
             for name, value in sorted(self.values.items())
-            if value != BEHAVES_AS[name]
+            if name not in FOLLOWED and value != BEHAVES_AS[name]
         ]
 
 

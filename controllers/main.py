@@ -80,7 +80,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict, SettingsError
 
 import controllers
-from controllers import configuration, features
+from controllers import configuration, features, rayservice
 from controllers.raycluster import pods as raycluster_pods
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
@@ -421,6 +421,17 @@ async def _run(
     except Exception as exc:  # kubeconfig missing, unreadable, or invalid
         return _fail(f"cannot load the kubeconfig: {exc}")
     _report(settings, overridden)
+    gateway_api = False
+    if settings.gates().enabled("RayServiceIncrementalUpgrade"):
+        try:
+            gateway_api = await rayservice.gateway_api_served(client)
+        except Exception as exc:  # the API server cannot be asked: nothing would run
+            return _fail(f"cannot ask the API server for the Gateway API: {exc}")
+        if not gateway_api:
+            structlog.get_logger("controllers.main").warning(
+                "the Gateway API (gateway.networking.k8s.io/v1) is not served: "
+                "NewClusterWithIncrementalUpgrade RayServices report GatewayAPIUnavailable"
+            )
     mgr = manager.Manager(
         client,
         manager.Options(
@@ -437,16 +448,21 @@ async def _run(
     controllers.setup(
         mgr,
         max_concurrent_reconciles=settings.reconcile_concurrency,
-        rayservice_options=_rayservice_options(settings),
+        rayservice_options=_rayservice_options(settings, gateway_api=gateway_api),
         raycluster_options=_raycluster_options(config),
         enable_metrics=settings.enable_metrics,
     )
     return await manager.serve(mgr)
 
 
-def _rayservice_options(settings: Settings) -> rayservice_reconciler.Options:
+def _rayservice_options(
+    settings: Settings, *, gateway_api: bool = False
+) -> rayservice_reconciler.Options:
     return rayservice_reconciler.Options(
-        address_mode=settings.dashboard_address_mode, serve_poll_max=settings.serve_poll_max
+        address_mode=settings.dashboard_address_mode,
+        serve_poll_max=settings.serve_poll_max,
+        gateway_api=gateway_api,
+        incremental_upgrade=settings.gates().enabled("RayServiceIncrementalUpgrade"),
     )
 
 

@@ -117,6 +117,10 @@ RAYSERVICE: tuple[Rule, ...] = (
     Rule("discovery.k8s.io", "endpointslices", "list watch"),
     Rule("", "secrets", "get list watch"),
     Rule("events.k8s.io", "events", "create patch"),
+    # NewClusterWithIncrementalUpgrade: its Gateway and HTTPRoute (KubeRay v1.7.0's verbs
+    # but delete: they go with the RayService, by garbage collection)
+    Rule("gateway.networking.k8s.io", "gateways", "list watch create update"),
+    Rule("gateway.networking.k8s.io", "httproutes", "list watch create update"),
 )
 """The RayService reconciler: owns RayClusters (created, updated in place, annotated
 with merge patches, deleted) and the head and serve services, labels the head pod

@@ -18,9 +18,10 @@ Spec:
   trade-off).
 - ``upgradeStrategy.type``: ``NewCluster`` (also when unset: a changed cluster
   spec starts a new cluster and traffic moves when it is ready), ``None`` (never
-  start a new cluster). ``NewClusterWithIncrementalUpgrade`` is accepted so
-  KubeRay YAML applies, but this operator does not implement it (the reconciler
-  reports it); any other value is rejected by the API server.
+  start a new cluster), ``NewClusterWithIncrementalUpgrade`` (KubeRay v1.7.0's: a
+  Gateway and an HTTPRoute in front of both clusters; capacity and traffic move step
+  by step, :class:`ClusterUpgradeOptions`); any other value is rejected by the API
+  server.
 - ``rayClusterDeletionDelaySeconds`` (>= 0, API default 60): how long an old
   cluster lives after traffic left it.
 - ``excludeHeadPodFromServeSvc``, ``serveService`` (a full Service, raw JSON),
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_SERVE_CONFIG_LENGTH",
     "AppStatus",
     "ApplicationStatus",
+    "ClusterUpgradeOptions",
     "ConditionReason",
     "ConditionType",
     "RayService",
@@ -115,13 +117,28 @@ class ApplicationStatus(enum.StrEnum):
     UNHEALTHY = "UNHEALTHY"
 
 
+class ClusterUpgradeOptions(meta.Model):
+    """How ``NewClusterWithIncrementalUpgrade`` moves capacity and traffic (KubeRay v1.7.0's
+    fields; their ranges are checked by the reconciler, as KubeRay does, so a bad value
+    is reported on the object rather than refused by the API server)."""
+
+    max_surge_percent: meta.Int32 | None = 100
+    """Serve ``target_capacity`` points a cluster gains or loses per capacity step."""
+    step_size_percent: meta.Int32
+    """Traffic points moved to the new cluster per step (at most ``maxSurgePercent``)."""
+    interval_seconds: meta.Int32
+    """Seconds between two traffic steps."""
+    gateway_class_name: str
+    """The GatewayClass of the RayService's Gateway."""
+
+
 class RayServiceUpgradeStrategy(meta.Model):
     """How a change of ``rayClusterConfig`` is rolled out."""
 
     type: Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"] | None = None
     """An :class:`UpgradeType`; unset means ``NewCluster``."""
-    cluster_upgrade_options: meta.RawObject | None = None
-    """Options of ``NewClusterWithIncrementalUpgrade`` (KubeRay; stored, not acted on)."""
+    cluster_upgrade_options: ClusterUpgradeOptions | None = None
+    """Options of ``NewClusterWithIncrementalUpgrade``."""
 
 
 MAX_SERVE_CONFIG_LENGTH = 1536 * 1024

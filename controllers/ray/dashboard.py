@@ -208,6 +208,8 @@ class ServeDetails(_Model):
     """The answer to ``GET /api/serve/applications/``: the applications by name."""
 
     applications: dict[str, ApplicationDetails] = pydantic.Field(default_factory=dict)
+    target_capacity: float | None = None
+    """Serve's ``target_capacity`` (percent of every deployment's replicas); None: 100."""
 
 
 def parse_serve_details(body: bytes | str) -> ServeDetails:

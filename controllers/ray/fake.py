@@ -11,8 +11,11 @@ holding one Ray head's Serve state:
   ``put_count``) and applied as Serve applies it: the applications it names take the
   status ``put_status`` (default ``DEPLOYING``; ``None`` leaves the state alone),
   their ``route_prefix`` and, as Ray reports it, their ``deployed_app_config`` (the
-  application's part of the config, in ``model_extra``); applications it leaves out
-  are removed. ``get_count`` counts GETs, failed ones too. ``proxies`` (empty by
+  application's part of the config, in ``model_extra``) - except applications whose
+  config did not change, which keep their status, as Serve keeps them running;
+  applications it leaves out are removed. Its ``target_capacity`` (Serve's, for
+  incremental upgrades; None when absent) is kept in ``target_capacity`` and reported
+  by the GET. ``get_count`` counts GETs, failed ones too. ``proxies`` (empty by
   default) is what the answer reports under ``proxies`` (Ray's
   ``{node_id: {node_ip, status, ...}}``);
 - ``serve_proxy_healthy`` answers ``proxy_healthy`` (default ``True``), or
@@ -74,6 +77,7 @@ class FakeDashboard:
         self.health_checks: list[dashboard.ServePod] = []
         self.proxies: dict[str, dict[str, Any]] = {}
         self.get_count = 0
+        self.target_capacity: float | None = None
         self._faults: dict[Operation, tuple[dashboard.DashboardError, int | None]] = {}
 
     # -- what a test sets ---------------------------------------------------------------
@@ -125,6 +129,7 @@ class FakeDashboard:
     def restart(self) -> None:
         """The head restarted without GCS fault tolerance: no applications any more."""
         self.applications.clear()
+        self.target_capacity = None
 
     def fail(
         self, operation: Operation, error: dashboard.DashboardError | None, *,
@@ -143,13 +148,16 @@ class FakeDashboard:
         self.get_count += 1
         self._raise_if_failing("get")
         fields: dict[str, Any] = {"proxies": copy.deepcopy(self.proxies)}  # Ray's extra field
-        return dashboard.ServeDetails(applications=dict(self.applications), **fields)
+        return dashboard.ServeDetails(
+            applications=dict(self.applications), target_capacity=self.target_capacity, **fields
+        )
 
     async def put_serve_applications(self, config: Mapping[str, Any]) -> None:
         self._raise_if_failing("put")
         self.submitted.append(copy.deepcopy(dict(config)))
         if self.put_status is None:
             return
+        self.target_capacity = config.get("target_capacity")
         named: dict[str, dict[str, Any]] = {}
         for app in config.get("applications") or ():
             named[str(app.get("name") or "default")] = copy.deepcopy(dict(app))
@@ -157,6 +165,12 @@ class FakeDashboard:
             if name not in named:
                 del self.applications[name]
         for name, app in named.items():
+            current = self.applications.get(name)
+            if (
+                current is not None
+                and (current.model_extra or {}).get("deployed_app_config") == app
+            ):
+                continue  # unchanged: Serve keeps it as it is
             fields: dict[str, Any] = {"deployed_app_config": app}  # Ray's extra field
             fields.update(name=name, status=self.put_status, route_prefix=app.get("route_prefix"))
             self.applications[name] = dashboard.ApplicationDetails(**fields)

@@ -6,13 +6,19 @@ downtime, level-based, with nothing that matters kept in memory.
   names derived from it, KubeRay's labels and annotations, in-place updates);
 - :mod:`controllers.rayservice.services`: its head and serve Services;
 - :mod:`controllers.rayservice.status`: the status, computed in one pure function;
+- :mod:`controllers.rayservice.gateway` and :mod:`controllers.rayservice.incremental`:
+  ``NewClusterWithIncrementalUpgrade``'s Gateway and HTTPRoute, and its state machine;
 - :mod:`controllers.rayservice.reconciler`: one reconcile pass (read it first).
 
 :func:`setup` wires the reconciler to a manager. It reconciles a RayService on
 changes to its spec, labels or annotations (not on its own status writes), on any
 change to the RayClusters and Services it controls, and on the EndpointSlices of
 its services (they carry the RayService's ``ray.io/originated-from-*`` labels,
-copied from the Service by the EndpointSlice controller). The Ray dashboard sends
+copied from the Service by the EndpointSlice controller; a per-cluster serve Service's
+name the cluster, ``<svc>-<5 characters>``, whose RayService is asked too). With
+``Options.gateway_api`` (:func:`gateway_api_served`) it also watches the Gateways and
+HTTPRoutes it controls (KubeRay v1.7.0 polls them every 2 s instead), so a gateway
+controller accepting them wakes the upgrade. The Ray dashboard sends
 no events: the reconciler polls it (see :mod:`controllers.rayservice.reconciler`).
 :data:`RBAC` is what it needs in the API server.
 """
@@ -25,13 +31,22 @@ from typing import Any
 import api.v1 as v1
 from controllers import rbac
 from controllers.ray import dashboard
-from controllers.rayservice import clusters, services
+from controllers.rayservice import clusters, gateway, services
 from controllers.rayservice import reconciler as reconciler_
 from runtime import builder, handler, predicate, reconcile
 from runtime import controller as controller_
+from runtime.client import errors
 from runtime.workqueue import ratelimiter
 
-__all__ = ["NAME", "RBAC", "RECORDER", "rate_limiter", "serve_endpoint_owner", "setup"]
+__all__ = [
+    "NAME",
+    "RBAC",
+    "RECORDER",
+    "gateway_api_served",
+    "rate_limiter",
+    "serve_endpoint_owner",
+    "setup",
+]
 
 NAME = "rayservice"
 """The controller's name (logs, metrics)."""
@@ -58,6 +73,20 @@ def serve_endpoint_owner(obj: dict[str, Any]) -> Iterator[reconcile.Request]:
     owner = labels.get(clusters.ORIGINATED_FROM_NAME_LABEL)
     if owner:
         yield reconcile.Request(meta.get("namespace") or "", owner)
+        stem, _, suffix = str(owner).rpartition("-")
+        if stem and len(suffix) == 5:  # a per-cluster serve Service: <svc>-<5 characters>
+            yield reconcile.Request(meta.get("namespace") or "", stem)
+
+
+async def gateway_api_served(client: Any) -> bool:
+    """Whether the API server serves ``gateway.networking.k8s.io/v1`` Gateways and
+    HTTPRoutes (registering them with ``client``)."""
+    try:
+        found = await client.discover(gateway.GATEWAYS.api_version)
+    except errors.NotFound:
+        return False
+    kinds = {r.kind for r in found}
+    return {gateway.GATEWAYS.kind, gateway.HTTPROUTES.kind} <= kinds
 
 
 def rate_limiter() -> ratelimiter.RateLimiter:
@@ -87,13 +116,19 @@ def setup(
     reconciler = reconciler_.Reconciler(
         manager.client, manager.cache, manager.recorder(RECORDER), dashboards, options
     )
-    return (
+    built = (
         builder.Builder(manager)
         .for_(v1.RAYSERVICES, predicates=(predicate.spec_or_metadata_changed,))
         .owns(v1.RAYCLUSTERS)
         .owns(services.SERVICES)
         .watches(services.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))
-        .with_options(
+    )
+    if reconciler.options.gateway_api:
+        for resource in (gateway.GATEWAYS, gateway.HTTPROUTES):
+            manager.client.registry.register(resource)
+            built = built.owns(resource)
+    return (
+        built.with_options(
             max_concurrent_reconciles=max_concurrent_reconciles,
             skip_name_validation=skip_name_validation,
             rate_limiter=rate_limiter(),

@@ -10,14 +10,20 @@ reads the cluster's annotations and the Services again and carries on):
    Event once it succeeded (a cluster already gone, or replaced, is skipped quietly;
    a create that finds the name taken leaves it to the watch); then, in a suspend,
    the RayService's Services;
-3. the Serve config PUT, then its hash annotation (a crash between them is caught by the
-   next pass, which sees the dashboard runs that config), then the head pod's
+3. the per-cluster serve Services of an incremental upgrade (created, never updated);
+   the Serve config PUT, then its hash annotation (a crash between them is caught by the
+   next pass, which sees the dashboard runs that config), then an incremental upgrade's
+   ``target_capacity`` PUT (``UpdatedServeTargetCapacity``), then the head pod's
    ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then), and
    during an upgrade the serving cluster's head pod's. A PUT
    that fails writes the status with Serve's answer and raises (a timed-out PUT quietly:
    Ray may still be deploying it);
-4. the old active cluster's ``delete-after``, **before** traffic leaves it; then the
-   head Service and the serve Service, and ``SwitchedTraffic``;
+4. an incremental upgrade's Gateway, then its HTTPRoute (created, or updated when a
+   field the operator manages differs: the weights move traffic; the route is written
+   before the status that reports them, so a crash between the two is reported by the
+   next pass from the route itself); the old active cluster's ``delete-after``,
+   **before** traffic leaves it; then the head Service and the serve Service, and
+   ``SwitchedTraffic``;
 5. the status, through the status writer (no write when nothing changed; a spec
    changed meanwhile raises, to compute again);
 6. the plan's error, if any (the work queue retries with backoff, or never for a
@@ -66,6 +72,8 @@ class Executor:
             await self._cluster(service, op)
         for gone in plan.delete_services:
             await self._delete_service(service, gone)
+        for svc in plan.cluster_services:
+            await self._create_service(service, svc)
         if plan.submit is not None:
             started = time.monotonic()
             refused = await self._submit(service, plan.submit)
@@ -75,9 +83,19 @@ class Executor:
                 raise refused
         if plan.serve_annotation is not None:
             await self._annotate(plan.serve_annotation)
+        if plan.capacity is not None:
+            started = time.monotonic()
+            refused = await self._submit(
+                service, plan.capacity, ok=("UpdatedServeTargetCapacity", plan.capacity_message)
+            )
+            spent += time.monotonic() - started
+            if refused is not None:
+                raise refused
         for relabel in (plan.relabel, plan.relabel_serving):
             if relabel is not None:
                 await self._relabel(service, relabel)
+        for point in plan.gateway_points:
+            await self._gateway(service, point)
         if plan.delete_after is not None:
             await self._annotate(plan.delete_after)
         for point in plan.points:
@@ -155,8 +173,11 @@ class Executor:
                 action="Create",
             )  # fmt: skip
 
-    async def _submit(self, service: Obj, submit: plan_.Submit) -> plan_.ServeFailed | None:
-        """PUT the config; the failure to raise (after the status is written), if any."""
+    async def _submit(
+        self, service: Obj, submit: plan_.Submit, *, ok: tuple[str, str | None] | None = None
+    ) -> plan_.ServeFailed | None:
+        """PUT the config; the failure to raise (after the status is written), if any.
+        ``ok``: the Event's reason and message on success (default: the applications')."""
         try:
             await submit.client.put_serve_applications(submit.config)
         except dashboard.DashboardError as exc:
@@ -167,8 +188,13 @@ class Executor:
             # which takes longer than the timeout): the next pass sees it in
             # deployed_app_config. Anything else is worth an Event.
             if not isinstance(exc, dashboard.DashboardTimeout):
+                failed = (
+                    "FailedToUpdateServeApplications"
+                    if ok is None
+                    else ("FailedToUpdateTargetCapacity")
+                )
                 self.recorder.event(
-                    service, "Warning", "FailedToUpdateServeApplications",
+                    service, "Warning", failed,
                     f"RayCluster {submit.cluster}: {said}", action="Update",
                 )  # fmt: skip
             refusal = (
@@ -179,11 +205,48 @@ class Executor:
             return plan_.ServeFailed(
                 f"cannot submit the Serve config to {submit.cluster}: {said}", refusal=refusal
             )
-        self.recorder.event(
-            service, "Normal", "UpdatedServeApplications",
-            f"Submitted the Serve applications to RayCluster {submit.cluster}", action="Update",
-        )  # fmt: skip
+        reason, message = ok or (
+            "UpdatedServeApplications",
+            f"Submitted the Serve applications to RayCluster {submit.cluster}",
+        )
+        self.recorder.event(service, "Normal", reason, message or reason, action="Update")
         return None
+
+    async def _create_service(self, service: Obj, svc: Obj) -> None:
+        name = svc["metadata"]["name"]
+        try:
+            await self.client.create(svc)
+        except errors.AlreadyExists:
+            return  # the cache had not seen it yet
+        self.recorder.event(
+            service, "Normal", "CreatedService", f"Created Service {name}", action="Create"
+        )
+
+    async def _gateway(self, service: Obj, point: plan_.Point) -> None:
+        """Create or update the Gateway or the HTTPRoute, with KubeRay's Events."""
+        kind = str(point.desired.get("kind"))
+        meta = point.desired["metadata"]
+        where = f"{meta.get('namespace')}/{meta['name']}"
+        creating = point.current is None
+        try:
+            if creating:
+                await self.client.create(point.desired)
+            else:
+                await self.client.update(point.desired)
+        except errors.AlreadyExists:
+            return  # the cache had not seen it yet
+        except errors.ApiError as exc:
+            verb = "Create" if creating else "Update"
+            self.recorder.event(
+                service, "Warning", f"FailedTo{verb}{kind}",
+                f"Failed to {verb.lower()} {kind} {where}: {exc.message or exc}", action=verb,
+            )  # fmt: skip
+            raise
+        verb = "Created" if creating else "Updated"
+        self.recorder.event(
+            service, "Normal", f"{verb}{kind}", f"{verb} {kind} {where}",
+            action="Create" if creating else "Update",
+        )  # fmt: skip
 
     async def _annotate(self, annotate: plan_.Annotate) -> None:
         meta = annotate.cluster["metadata"]

@@ -41,7 +41,7 @@ from typing import Any
 import api.v1 as v1
 from controllers.ray import dashboard, serveconfig
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters, services, tokens, validation
+from controllers.rayservice import clusters, gateway, services, tokens, validation
 from controllers.rayservice import plan as plan_
 from runtime import objects
 from runtime.cache import cache as cache_
@@ -62,14 +62,18 @@ async def observe(
     cluster_domain: str,
     now: datetime.datetime,
     zero_downtime: bool,
+    incremental_gate: bool = True,
+    gateway_api: bool = True,
 ) -> plan_.Snapshot:
     """Read what a pass over ``service`` decides from (see the module docstring);
     ``now`` only tells whether the pass stops before the clusters (a timeout),
-    ``zero_downtime`` which cluster is the target (:func:`controllers.rayservice.plan.roles`)."""
+    ``zero_downtime`` and ``incremental_gate`` which cluster is the target
+    (:func:`controllers.rayservice.plan.roles`); ``gateway_api``: the Gateway API is
+    served (its objects are in the cache)."""
     text = (service.get("spec") or {}).get("serveConfigV2")
     if isinstance(text, str):
         await serveconfig.parse_off_loop(text)  # once per text, never on the loop
-    checked = validation.validate(service)
+    checked = validation.validate(service, incremental=incremental_gate)
     namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
     endpoints = services.ready_endpoints(
         await cache.list(
@@ -101,8 +105,13 @@ async def observe(
             cache, services.SERVICES, namespace, services.serve_service_name(service)
         ),
         endpoints=endpoints,
+        gateway_api=gateway_api,
     )
-    decided = plan_.roles(snapshot, now, zero_downtime=zero_downtime)
+    if plan_.incremental_mode(checked.spec, incremental_gate):
+        snapshot = await _gateway_side(cache, snapshot, gateway_api)
+    decided = plan_.roles(
+        snapshot, now, zero_downtime=zero_downtime, incremental_gate=incremental_gate
+    )
     if decided is None:  # suspended, timed out, or a Service we do not control
         return snapshot
     if decided.need_new and decided.pending is None:
@@ -124,7 +133,62 @@ async def observe(
             cluster_domain,
         )
         snapshot = dataclasses.replace(snapshot, serve=view)
+    other = decided.other if plan_.incremental_mode(checked.spec, incremental_gate) else None
+    if other is not None and other is not decided.target:
+        # The cluster an incremental upgrade moves from: its Serve target_capacity and
+        # applications (no config is submitted to it; its config is read back if needed).
+        view = await _serve_view(
+            cache,
+            dashboards,
+            tokens,
+            other,
+            service,
+            checked.serve_config or {},
+            address_mode,
+            cluster_domain,
+        )
+        snapshot = dataclasses.replace(snapshot, other_serve=view)
     return snapshot
+
+
+async def _gateway_side(
+    cache: cache_.Cache, snapshot: plan_.Snapshot, gateway_api: bool
+) -> plan_.Snapshot:
+    """An incremental upgrade's objects: the Gateway and the HTTPRoute (when the Gateway
+    API is served), and each owned cluster's ``<cluster>-serve-svc`` with the pods ready
+    behind it."""
+    service = snapshot.service
+    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
+    found_gateway = found_route = None
+    if gateway_api:
+        found_gateway = await _get(cache, gateway.GATEWAYS, namespace, gateway.gateway_name(name))
+        found_route = await _get(cache, gateway.HTTPROUTES, namespace, gateway.route_name(name))
+    cluster_services: dict[str, Obj] = {}
+    cluster_endpoints: dict[str, int] = {}
+    for cluster in snapshot.owned:
+        cluster_name = cluster["metadata"]["name"]
+        svc_name = services.cluster_serve_service_name(cluster_name)
+        svc = await _get(cache, services.SERVICES, namespace, svc_name)
+        if svc is None:
+            continue
+        cluster_services[cluster_name] = svc
+        cluster_endpoints[cluster_name] = services.ready_endpoints(
+            await cache.list(
+                services.ENDPOINT_SLICES,
+                namespace,
+                label_selector=f"{services.SERVICE_NAME_LABEL}={svc_name}",
+            )
+        )
+    return dataclasses.replace(
+        snapshot,
+        gateway=found_gateway,
+        route=found_route,
+        cluster_services=cluster_services,
+        cluster_endpoints=cluster_endpoints,
+        # Until the roles are known, what any of its clusters serves (the initializing
+        # timeout only asks whether anything does).
+        endpoints=sum(cluster_endpoints.values()),
+    )
 
 
 async def _get(cache: cache_.Cache, resource: Any, namespace: str, name: str) -> Obj | None:

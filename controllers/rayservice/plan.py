@@ -56,6 +56,7 @@ The decisions, in order (the first three end the pass early):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 from collections.abc import Mapping
@@ -63,7 +64,7 @@ from typing import Any, Literal
 
 from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters, services, validation
+from controllers.rayservice import clusters, gateway, incremental, services, validation
 from controllers.rayservice import status as status_
 from runtime import clock, equality, objects, reconcile
 
@@ -90,6 +91,7 @@ __all__ = [
     "Submit",
     "UpdateInPlace",
     "asks_proxy",
+    "incremental_mode",
     "new_cluster_upgrades",
     "plan",
     "proxy_status",
@@ -179,6 +181,20 @@ class Snapshot:
     config to run; None otherwise."""
     serving_head: ProxyView | None = None
     """The active cluster's head when it is not the target (an upgrade); None otherwise."""
+    gateway: Obj | None = None
+    """``<svc>-gateway``, if it exists (incremental upgrades; whoever controls it)."""
+    route: Obj | None = None
+    """``<svc>-httproute``, if it exists (incremental upgrades; whoever controls it)."""
+    cluster_services: Mapping[str, Obj] = dataclasses.field(default_factory=dict)
+    """The per-cluster serve Services ``<cluster>-serve-svc`` that exist, by cluster name
+    (incremental upgrades)."""
+    cluster_endpoints: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Ready pods behind each owned cluster's ``<cluster>-serve-svc`` (incremental)."""
+    other_serve: ServeView | None = None
+    """The dashboard of the cluster traffic leaves in an incremental upgrade (the active
+    one, or the one a rollback drains); None otherwise."""
+    gateway_api: bool = True
+    """The API server serves the Gateway API (``gateway.networking.k8s.io/v1``)."""
 
 
 # -- what a plan holds ----------------------------------------------------------------------
@@ -300,6 +316,8 @@ class Settings:
     zero_downtime: bool = True
     """A changed ``rayClusterConfig`` goes to a new cluster unless
     ``upgradeStrategy.type`` says otherwise (:func:`new_cluster_upgrades`)."""
+    incremental: bool = True
+    """The ``RayServiceIncrementalUpgrade`` gate (:func:`incremental_mode`)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -323,6 +341,15 @@ class Plan:
     """The active cluster's head pod's, when it is not the target (an upgrade)."""
     delete_after: Annotate | None = None
     """The old active cluster's ``delete-after``, before traffic leaves it."""
+    capacity: Submit | None = None
+    """A Serve ``target_capacity`` change (incremental upgrades): the config that cluster
+    runs, with the new value."""
+    capacity_message: str | None = None
+    """``UpdatedServeTargetCapacity``'s message."""
+    cluster_services: tuple[Obj, ...] = ()
+    """Per-cluster serve Services to create (incremental upgrades)."""
+    gateway_points: tuple[Point, ...] = ()
+    """The Gateway, then the HTTPRoute, created or updated (incremental upgrades)."""
     points: tuple[Point, ...] = ()
     """The head Service, then the serve Service, created or pointed at the target."""
     switched: str | None = None
@@ -391,11 +418,26 @@ class Roles:
     pending_match: clusters.Match | None
     need_new: bool
     """The config needs a cluster other than the active one."""
+    draining: Obj | None = None
+    """Incremental upgrades: a cluster the HTTPRoute still sends to that is neither active
+    nor pending (the spec changed mid-upgrade): traffic and capacity return to the
+    active cluster before it goes, and no new cluster is created meanwhile."""
 
     @property
     def target(self) -> Obj | None:
-        """Where Serve runs this pass: the pending cluster, else the active one."""
+        """Where Serve runs this pass: the pending cluster, else the active one (always the
+        active one while a rollback drains another)."""
+        if self.draining is not None:
+            return self.active
         return self.pending if self.need_new else self.active
+
+    @property
+    def other(self) -> Obj | None:
+        """The cluster an incremental upgrade moves traffic from: the active one (forward),
+        or the one a rollback drains; None when nothing moves."""
+        if self.draining is not None:
+            return self.draining
+        return self.active if self.need_new and self.pending is not None else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -404,12 +446,49 @@ class _TimedOut:
     """The message when the timeout passed in this pass; None when it passed earlier."""
 
 
-def _foreign(snapshot: Snapshot) -> list[Obj]:
-    return [
+def _foreign(snapshot: Snapshot, incremental_gate: bool = True) -> list[Obj]:
+    """Objects of our names that we do not control: the head and serve Services (in an
+    incremental upgrade the serve service is not used; the Gateway, the HTTPRoute and the
+    per-cluster serve Services, controlled by their cluster, are instead)."""
+    service = snapshot.service
+    spec = snapshot.validated.spec
+    if not incremental_mode(spec, incremental_gate):
+        return [
+            s
+            for s in (snapshot.head_svc, snapshot.serve_svc)
+            if s is not None and not objects.is_controlled_by(s, service)
+        ]
+    found = [
         s
-        for s in (snapshot.head_svc, snapshot.serve_svc)
-        if s is not None and not objects.is_controlled_by(s, snapshot.service)
+        for s in (snapshot.head_svc, snapshot.gateway, snapshot.route)
+        if s is not None and not objects.is_controlled_by(s, service)
     ]
+    owned = {c["metadata"]["name"]: c for c in snapshot.owned}
+    for name, svc in sorted(snapshot.cluster_services.items()):
+        cluster = owned.get(name)
+        if cluster is not None and not objects.is_controlled_by(svc, cluster):
+            found.append(svc)
+    return found
+
+
+def _kind_of(snapshot: Snapshot, obj: Obj) -> str:
+    if obj is snapshot.gateway:
+        return "Gateway"
+    if obj is snapshot.route:
+        return "HTTPRoute"
+    return "Service"
+
+
+def _not_ours(snapshot: Snapshot, obj: Obj) -> str:
+    owner = "RayService"
+    if (
+        obj is not snapshot.head_svc
+        and obj is not snapshot.serve_svc
+        and _kind_of(snapshot, obj) == "Service"
+    ):
+        owner = "RayCluster"  # a per-cluster serve Service
+    name = obj["metadata"]["name"]
+    return f"{_kind_of(snapshot, obj)} {name} exists and is not controlled by this {owner}"
 
 
 SuspendPhase = Literal["requested", "deleting", "suspended", "resuming"]
@@ -430,20 +509,27 @@ def suspend_phase(snapshot: Snapshot) -> SuspendPhase | None:
     return "requested" if wanted else None
 
 
-def _stops(snapshot: Snapshot, now: datetime.datetime) -> bool:
+def _stops(snapshot: Snapshot, now: datetime.datetime, incremental_gate: bool) -> bool:
     return (
         snapshot.validated.spec is None
         or suspend_phase(snapshot) in ("requested", "deleting", "suspended")
         or _timed_out(snapshot, now) is not None
-        or bool(_foreign(snapshot))
+        or bool(_foreign(snapshot, incremental_gate))
     )
 
 
-def roles(snapshot: Snapshot, now: datetime.datetime, *, zero_downtime: bool) -> Roles | None:
+def roles(
+    snapshot: Snapshot,
+    now: datetime.datetime,
+    *,
+    zero_downtime: bool,
+    incremental_gate: bool = True,
+) -> Roles | None:
     """The clusters' roles; None when the pass stops before the clusters (invalid,
     suspended, timed out, or a Service of our name we do not control).
-    ``zero_downtime``: :attr:`Settings.zero_downtime`."""
-    if _stops(snapshot, now):
+    ``zero_downtime``: :attr:`Settings.zero_downtime`; ``incremental_gate``:
+    :attr:`Settings.incremental`."""
+    if _stops(snapshot, now, incremental_gate):
         return None
     spec = snapshot.validated.spec
     assert spec is not None
@@ -457,7 +543,7 @@ def roles(snapshot: Snapshot, now: datetime.datetime, *, zero_downtime: bool) ->
     need_new = not (
         active_match is clusters.Match.APPENDED
         or active_match is clusters.Match.EXACT
-        or (active is not None and not new_cluster_upgrades(spec, zero_downtime))
+        or (active is not None and not new_cluster_upgrades(spec, zero_downtime, incremental_gate))
     )
     pending = pending_match = None
     if need_new:
@@ -468,14 +554,43 @@ def roles(snapshot: Snapshot, now: datetime.datetime, *, zero_downtime: bool) ->
             if found is not None:
                 pending, pending_match = found, wanted
                 break
-    return Roles(live, active, active_match, pending, pending_match, need_new)
+    draining = None
+    if incremental_mode(spec, incremental_gate) and active is not None:
+        routed = gateway.weights(snapshot.route)
+        draining = next(
+            (
+                c
+                for c in live
+                if c is not active and c is not pending and c["metadata"]["name"] in routed
+            ),
+            None,
+        )
+    return Roles(live, active, active_match, pending, pending_match, need_new, draining)
 
 
-def new_cluster_upgrades(spec: Any, zero_downtime: bool) -> bool:
+def incremental_mode(spec: Any, gate: bool) -> bool:
+    """``upgradeStrategy.type`` is ``NewClusterWithIncrementalUpgrade`` and the gate
+    ``RayServiceIncrementalUpgrade`` (``gate``) is on (KubeRay v1.7.0's
+    ``IsIncrementalUpgradeEnabled``).
+
+    >>> from types import SimpleNamespace as S
+    >>> spec = S(upgrade_strategy=S(type="NewClusterWithIncrementalUpgrade"))
+    >>> incremental_mode(spec, True), incremental_mode(spec, False)
+    (True, False)
+    """
+    strategy = spec.upgrade_strategy if spec is not None else None
+    return bool(gate and strategy is not None and strategy.type == _INCREMENTAL)
+
+
+_INCREMENTAL = "NewClusterWithIncrementalUpgrade"
+
+
+def new_cluster_upgrades(spec: Any, zero_downtime: bool, incremental_gate: bool = True) -> bool:
     """Whether a changed ``rayClusterConfig`` is rolled out on a new cluster (KubeRay
     v1.7.0's ``isZeroDowntimeUpgradeEnabled``): ``spec.upgradeStrategy.type`` decides
-    when it is set (``NewCluster``: yes; ``None``: no); otherwise ``zero_downtime``
-    (the operator's ``ENABLE_ZERO_DOWNTIME``, not ``false``) does.
+    when it is set (``NewCluster``, and ``NewClusterWithIncrementalUpgrade`` while its
+    gate is on: yes; ``None``, or the incremental type with its gate off: no); otherwise
+    ``zero_downtime`` (the operator's ``ENABLE_ZERO_DOWNTIME``, not ``false``) does.
 
     >>> from types import SimpleNamespace as S
     >>> new_cluster_upgrades(S(upgrade_strategy=None), False)
@@ -484,11 +599,14 @@ def new_cluster_upgrades(spec: Any, zero_downtime: bool) -> bool:
     True
     >>> new_cluster_upgrades(S(upgrade_strategy=S(type="None")), True)
     False
+    >>> incremental = S(upgrade_strategy=S(type="NewClusterWithIncrementalUpgrade"))
+    >>> new_cluster_upgrades(incremental, True), new_cluster_upgrades(incremental, True, False)
+    (True, False)
     """
     strategy = spec.upgrade_strategy
     kind = strategy.type if strategy is not None else None
     if kind:
-        return str(kind) == "NewCluster"
+        return str(kind) == "NewCluster" or (str(kind) == _INCREMENTAL and incremental_gate)
     return zero_downtime
 
 
@@ -556,25 +674,45 @@ def plan(
             memory=Memory(),
         )
 
-    foreign = _foreign(snapshot)
+    foreign = _foreign(snapshot, settings.incremental)
     if foreign:
-        message = "; ".join(
-            f"Service {s['metadata']['name']} exists and is not controlled by this RayService"
-            for s in foreign
-        )
+        message = "; ".join(_not_ours(snapshot, s) for s in foreign)
+        kind = _kind_of(snapshot, foreign[0])
+        reason = "GatewayNotOwned" if kind in ("Gateway", "HTTPRoute") else "ServiceNotOwned"
         observed = status_.Observed(
             num_serve_endpoints=endpoints,
-            problem=status_.Problem(reason="ServiceNotOwned", message=message),
+            problem=status_.Problem(reason=reason, message=message),
         )
         return dataclasses.replace(
             base,
-            events=_warn_once(service, "ServiceNotOwned", "ServiceNotOwned", message),
+            events=_warn_once(service, reason, reason, message),
             status=status(observed),
             report=observed,
             wake=(settings.serve_poll_max,),
         )
 
-    decided = roles(snapshot, now, zero_downtime=settings.zero_downtime)
+    if incremental_mode(checked.spec, settings.incremental) and not snapshot.gateway_api:
+        message = (
+            f"spec.upgradeStrategy.type {_INCREMENTAL!r} needs the Gateway API "
+            "(gateway.networking.k8s.io/v1 Gateway and HTTPRoute), which the API server "
+            "did not serve when the operator started: install its CRDs and a gateway "
+            "controller, then restart the operator"
+        )
+        observed = status_.Observed(
+            num_serve_endpoints=endpoints,
+            problem=status_.Problem(reason="GatewayAPIUnavailable", message=message),
+        )
+        return dataclasses.replace(
+            base,
+            events=_warn_once(service, "GatewayAPIUnavailable", "GatewayAPIUnavailable", message),
+            status=status(observed),
+            report=observed,
+            error=reconcile.TerminalError(message),
+        )
+
+    decided = roles(
+        snapshot, now, zero_downtime=settings.zero_downtime, incremental_gate=settings.incremental
+    )
     assert decided is not None
     return _converge(snapshot, decided, base, now, settings)
 
@@ -632,16 +770,17 @@ def _converge(
     now: datetime.datetime,
     settings: Settings,
 ) -> Plan:
-    """Steps 4 to 7 of the module docstring."""
+    """Steps 4 to 7 of the module docstring (and :func:`_incremental`'s steps)."""
     service = snapshot.service
     memory = base.memory
     config = (service.get("spec") or {}).get("rayClusterConfig") or {}
+    stepwise = incremental_mode(snapshot.validated.spec, settings.incremental)
     ops: list[ClusterOp] = []
     events: list[Event] = []
     wake: list[float] = []
 
     # 4. clusters
-    active, pending = decided.active, decided.pending
+    active, pending, draining = decided.active, decided.pending, decided.draining
     if active is not None and decided.active_match is clusters.Match.APPENDED:
         ops.append(UpdateInPlace(clusters.updated_in_place(active, service)))
     if active is not None and not decided.need_new and _delete_after_set(active):
@@ -652,15 +791,17 @@ def _converge(
                 ops.append(Keep(pending))
         elif pending is not None:
             ops.append(UpdateInPlace(clusters.updated_in_place(pending, service)))
-        else:
-            pending, created, event = _new_cluster(snapshot, config)
+        elif draining is None:  # a rollback first brings everything back (KubeRay's rule)
+            pending, created, event = _new_cluster(
+                snapshot, config, autoscaled=stepwise and active is not None
+            )
             if created is not None:
                 ops.append(created)
             if event is not None:
                 events.append(event)
             if pending is None:  # its name is still held by a cluster being deleted
                 wake.append(settings.serve_poll_interval)
-    claimed = {c["metadata"]["name"] for c in (active, pending) if c is not None}
+    claimed = {c["metadata"]["name"] for c in (active, pending, draining) if c is not None}
     # Never delete what a service selects, even when the two disagree (a crash between
     # re-pointing one and the other): traffic may still go there.
     claimed.update(
@@ -674,11 +815,14 @@ def _converge(
     # A pending cluster dropped because the spec went back to the active one's (it has
     # no delete-after yet: traffic never left it), until it is gone.
     was_rolling_back = _condition_true(service, status_.ROLLBACK_IN_PROGRESS)
-    rolling_back = (
-        active is not None
-        and not decided.need_new
-        and any(was_rolling_back or not _delete_after_set(c) for c in dangling)
-    )
+    if stepwise:
+        rolling_back = draining is not None
+    else:
+        rolling_back = (
+            active is not None
+            and not decided.need_new
+            and any(was_rolling_back or not _delete_after_set(c) for c in dangling)
+        )
     retired, due = _retire(
         tuple(dangling), now, snapshot.validated.spec, "no longer serving or being prepared"
     )
@@ -688,8 +832,12 @@ def _converge(
     # 5. Serve
     # A new cluster is needed but cannot be created yet: Serve waits for it (the serving
     # cluster keeps its config, which belongs with its own image).
-    target = pending if decided.need_new else active
+    target = decided.target
     target_name = target["metadata"]["name"] if target is not None else None
+    other = decided.other if stepwise else None
+    # A third spec mid-upgrade: its Serve config waits for its own cluster (the active
+    # one keeps the config that goes with its image while traffic returns to it).
+    hold_config = decided.need_new and draining is not None
     view = snapshot.serve
     if view is not None and view.cluster != target_name:
         view = None
@@ -709,9 +857,15 @@ def _converge(
             have = (target["metadata"].get("annotations") or {}).get(
                 clusters.SERVE_CONFIG_ANNOTATION
             )
-            if submits(target, details, serve_config, want):
-                submit = Submit(view.cluster, view.client, serve_config)
-            if have != want:
+            if submits(target, details, serve_config, want) and not hold_config:
+                body: Mapping[str, Any] = serve_config
+                if stepwise:  # Serve's target_capacity goes with every config (KubeRay's)
+                    capacity = _capacity_to_submit(
+                        service, target, view, upgrading=active is not None and target is pending
+                    )
+                    body = {**serve_config, "target_capacity": capacity}
+                submit = Submit(view.cluster, view.client, body)
+            if have != want and not hold_config:
                 serve_annotation = Annotate(target, {clusters.SERVE_CONFIG_ANNOTATION: want})
             if submit is not None and asks_proxy(service, view.head, details):
                 relabel = Relabel(view.head, None, view.client)  # asked after the PUT
@@ -738,9 +892,32 @@ def _converge(
         slow_dashboard_factor=settings.slow_dashboard_factor,
     )
 
+    # 5b. incremental upgrades: the next step, the Gateway and the route
+    steps: _Steps | None = None
+    if stepwise:
+        steps = _incremental(
+            snapshot, target, other, active, view, ready, submit, failure, now, settings
+        )
+        serving = dataclasses.replace(
+            serving,
+            capacity=steps.capacity,
+            capacity_message=steps.capacity_message,
+            cluster_services=steps.cluster_services,
+            gateway_points=steps.points,
+        )
+        if steps.failure is not None and failure is None:
+            failure = steps.failure
+        if steps.wake is not None:
+            wake.append(steps.wake)
+
     # 6. traffic
-    if ready and target is not None and failure is None:
-        moved = _route(snapshot, target, active, now)
+    switch = (
+        ready and target is not None and failure is None
+        if steps is None
+        else target is not None and (steps.promote or (other is None and ready and failure is None))
+    )
+    if switch and target is not None:
+        moved = _route(snapshot, target, active, now, serve=steps is None)
         if moved.points:
             # Traffic just moved: the serve service's endpoints follow within about a
             # second (an EndpointSlice event wakes us). Report the new state once, with
@@ -759,23 +936,44 @@ def _converge(
     def report(cluster: Obj | None) -> status_.ClusterReport | None:
         if cluster is None:
             return None
+        name = cluster["metadata"]["name"]
+        found = steps.reports.get(name) if steps is not None else None
+        other_view = snapshot.other_serve if steps is not None else None
+        read = (
+            apps
+            if cluster is target
+            else status_.applications(other_view.details)
+            if other_view is not None and other_view.cluster == name and other_view.details
+            else None
+        )
         return status_.ClusterReport(
-            name=cluster["metadata"]["name"],
+            name=name,
             cluster_status=cluster.get("status"),
-            applications=apps if cluster is target else None,
+            applications=read,
+            target_capacity=found[0] if found else None,
+            traffic_routed_percent=found[1] if found else None,
+            last_traffic_migrated_time=found[2] if found else None,
         )
 
+    endpoints = snapshot.endpoints
+    if steps is not None:
+        endpoints = sum(
+            snapshot.cluster_endpoints.get(c["metadata"]["name"], 0)
+            for c in (active, pending or draining)
+            if c is not None
+        )
     observed = status_.Observed(
         active=report(active),
-        pending=report(pending),
-        num_serve_endpoints=snapshot.endpoints,
+        pending=report(pending or draining if steps is not None else pending),
+        num_serve_endpoints=endpoints,
         rolling_back=rolling_back,
+        rollback_message=_ROLLBACK_MESSAGE if steps is not None and rolling_back else None,
         serve_error=getattr(failure, "refusal", None),
     )
     serving = dataclasses.replace(serving, report=observed)
     if memory.moved is not None:
         waited = (now - memory.moved).total_seconds()
-        if snapshot.endpoints == 0 and waited < ENDPOINTS_GRACE and failure is None:
+        if endpoints == 0 and waited < ENDPOINTS_GRACE and failure is None:
             # Woken by our own Service writes, before the EndpointSlice: not yet.
             return dataclasses.replace(serving, wake=(ENDPOINTS_GRACE - waited,))
         memory = dataclasses.replace(memory, moved=None)
@@ -783,7 +981,10 @@ def _converge(
     poll = None
     if polled:
         poll, memory = _next_poll(
-            memory, written, steady=ready and pending is None, settings=settings
+            memory,
+            written,
+            steady=ready and pending is None and draining is None,
+            settings=settings,
         )
     deadline = _initializing_deadline(snapshot, written, now)
     if deadline is not None:
@@ -798,8 +999,235 @@ def _converge(
     )
 
 
+_ROLLBACK_MESSAGE = "Goal state changed mid-upgrade, rolling back to original cluster."
+
+
+@dataclasses.dataclass(frozen=True)
+class _Steps:
+    """What an incremental upgrade does this pass (:func:`_incremental`)."""
+
+    capacity: Submit | None = None
+    capacity_message: str | None = None
+    cluster_services: tuple[Obj, ...] = ()
+    points: tuple[Point, ...] = ()
+    promote: bool = False
+    """The upgrade is done: point the head Service at the target."""
+    failure: Exception | None = None
+    wake: float | None = None
+    reports: Mapping[str, tuple[int | None, int | None, str | None]] = dataclasses.field(
+        default_factory=dict
+    )
+    """By cluster: (targetCapacity, trafficRoutedPercent, lastTrafficMigratedTime)."""
+
+
+def _serve_capacity(view: ServeView | None) -> int | None:
+    """Serve's ``target_capacity`` as ``view`` read it (None: 100 %); None when Serve was
+    not read or runs no application (nothing was submitted yet)."""
+    if view is None or view.details is None or not view.details.applications:
+        return None
+    value = view.details.target_capacity
+    return 100 if value is None else round(value)
+
+
+def _recorded(service: Mapping[str, Any], cluster: str, key: str) -> Any:
+    """What the status last said of ``cluster``'s ``key``."""
+    status = service.get("status") or {}
+    for entry in (status.get("activeServiceStatus"), status.get("pendingServiceStatus")):
+        if isinstance(entry, Mapping) and entry.get("rayClusterName") == cluster:
+            return entry.get(key)
+    return None
+
+
+def _capacity_to_submit(
+    service: Mapping[str, Any], cluster: Obj, view: ServeView, *, upgrading: bool
+) -> int:
+    """The ``target_capacity`` that goes with a config PUT to ``cluster``: what Serve runs,
+    else what the status last said (a restarted head), else 0 for a cluster an upgrade
+    moves to and 100 otherwise (KubeRay v1.7.0's starting values)."""
+    known = _serve_capacity(view)
+    if known is not None:
+        return known
+    recorded = _recorded(service, cluster["metadata"]["name"], "targetCapacity")
+    if isinstance(recorded, int) and not isinstance(recorded, bool):
+        return recorded
+    return 0 if upgrading else 100
+
+
+def _running_config(
+    cluster: Obj, view: ServeView, serve_config: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """The Serve config ``cluster`` runs: the spec's when its ``serve-config-hash`` says so,
+    else rebuilt from what Serve reports as deployed; None when it cannot be known."""
+    have = (cluster["metadata"].get("annotations") or {}).get(clusters.SERVE_CONFIG_ANNOTATION)
+    if serve_config and have == (view.config_hash or clusters.serve_config_hash(serve_config)):
+        return serve_config
+    if view.details is None or not view.details.applications:
+        return None
+    applications = []
+    for app in view.details.applications.values():
+        deployed = (app.model_extra or {}).get("deployed_app_config")
+        if not isinstance(deployed, Mapping):
+            return None
+        applications.append(dict(deployed))
+    return {"applications": applications}
+
+
+def _serve_port(cluster: Obj) -> int:
+    ports = raycluster.serve_ports(cluster)
+    named = next((p for p in ports if p.get("name") == "serve"), ports[0] if ports else None)
+    return int(named["port"]) if named is not None else 8000
+
+
+def _incremental(
+    snapshot: Snapshot,
+    target: Obj | None,
+    other: Obj | None,
+    active: Obj | None,
+    view: ServeView | None,
+    ready: bool,
+    submit: Submit | None,
+    failure: Exception | None,
+    now: datetime.datetime,
+    settings: Settings,
+) -> _Steps:
+    """An incremental upgrade's pass: the per-cluster serve Services to create, the
+    Gateway, the next step (:func:`controllers.rayservice.incremental.next_step`: moving
+    to ``target`` from ``other``), the HTTPRoute that results, and what the status says
+    of each cluster."""
+    service = snapshot.service
+    spec = snapshot.validated.spec
+    assert spec is not None
+    assert spec.upgrade_strategy is not None
+    options = spec.upgrade_strategy.cluster_upgrade_options
+    assert options is not None  # validated
+    creates = []
+    for cluster in (active, target, other):
+        if cluster is None or cluster["metadata"]["name"] in snapshot.cluster_services:
+            continue
+        if cluster["metadata"].get("deletionTimestamp"):
+            continue
+        with contextlib.suppress(ValueError):  # no serving port: nothing to route to
+            creates.append(services.cluster_serve_service(service, cluster))
+    points: list[Point] = []
+    desired_gateway = gateway.gateway(service, options.gateway_class_name)
+    if snapshot.gateway is None:
+        points.append(Point(None, desired_gateway))
+    else:
+        changed = gateway.merged(snapshot.gateway, desired_gateway)
+        if changed is not None:
+            points.append(Point(snapshot.gateway, changed))
+    if active is None:  # the route comes once a cluster serves (KubeRay's order)
+        capacity = _serve_capacity(view) if target is not None else None
+        first: dict[str, tuple[int | None, int | None, str | None]] = {}
+        if target is not None:
+            first[target["metadata"]["name"]] = (capacity, None, None)
+        return _Steps(cluster_services=tuple(creates), points=tuple(points), reports=first)
+
+    active_name = active["metadata"]["name"]
+    current = gateway.weights(snapshot.route) if snapshot.route is not None else {}
+    stamp = gateway.migrated_at(snapshot.route)
+    capacities: dict[str, int | None] = {}
+    for cluster, seen in ((target, view), (other, snapshot.other_serve)):
+        if cluster is not None:
+            name = cluster["metadata"]["name"]
+            capacities[name] = _serve_capacity(
+                seen if seen is not None and seen.cluster == name else None
+            )
+    weights = {active_name: 100}
+    capacity_put: Submit | None = None
+    message = None
+    problem: Exception | None = None
+    wake = None
+    promote = False
+    if other is not None and target is not None:
+        to, frm = target["metadata"]["name"], other["metadata"]["name"]
+        weights = {to: current.get(to, 0), frm: current.get(frm, 0)}
+        if sum(weights.values()) != 100:  # no route yet, or not of our making
+            weights = {n: 100 if n == active_name else 0 for n in weights}
+        last = clock.parse_rfc3339(stamp) or clock.parse_rfc3339(
+            _recorded(service, to, "lastTrafficMigratedTime")
+        )
+        step: incremental.Step
+        if submit is not None or failure is not None:
+            step = incremental.Wait("the Serve config is being submitted")
+        else:
+            step = incremental.next_step(
+                incremental.Side(to, capacities.get(to), weights[to], ready),
+                incremental.Side(frm, capacities.get(frm), weights[frm], True),
+                incremental.Options(
+                    max_surge=int(options.max_surge_percent or 100),
+                    step=int(options.step_size_percent),
+                    interval=float(options.interval_seconds),
+                ),
+                since=(now - last).total_seconds() if last is not None else None,
+                routable=gateway.gateway_ready(snapshot.gateway)
+                and gateway.route_ready(snapshot.route, snapshot.gateway),
+            )
+        if isinstance(step, incremental.SetCapacity):
+            cluster, seen = (target, view) if step.cluster == to else (other, snapshot.other_serve)
+            running = (
+                _running_config(cluster, seen, snapshot.validated.serve_config)
+                if seen is not None and seen.client is not None
+                else None
+            )
+            if running is None or seen is None or seen.client is None:
+                problem = ServeFailed(
+                    f"cannot set Serve's target_capacity of RayCluster {step.cluster}: the "
+                    "config it runs is not known"
+                )
+            else:
+                capacity_put = Submit(
+                    step.cluster, seen.client, {**running, "target_capacity": step.value}
+                )
+                capacities[step.cluster] = step.value
+                message = (
+                    f"Updated target_capacity of serve applications to {step.value} on "
+                    f"RayCluster {step.cluster}"
+                )
+                wake = settings.serve_poll_interval
+        elif isinstance(step, incremental.MoveTraffic):
+            weights = {to: step.to, frm: 100 - step.to}
+        elif isinstance(step, incremental.Done):
+            weights = {to: 100}
+            promote = target is not active
+        else:
+            wake = step.after
+    by_name = {c["metadata"]["name"]: c for c in (active, target, other) if c is not None}
+    order = [name for name in by_name if name in weights]  # the active cluster first
+    backends = [gateway.Backend(name, _serve_port(by_name[name]), weights[name]) for name in order]
+    unchanged = snapshot.route is not None and current == weights and stamp
+    migrated = stamp if unchanged and stamp else clock.rfc3339(now)
+    desired_route = gateway.route(service, backends, migrated_at=migrated)
+    if snapshot.route is None:
+        points.append(Point(None, desired_route))
+    else:
+        changed = gateway.merged(snapshot.route, desired_route)
+        if changed is not None:
+            points.append(Point(snapshot.route, changed))
+    reports: dict[str, tuple[int | None, int | None, str | None]] = {
+        name: (
+            capacities.get(name)
+            if capacities.get(name) is not None
+            else _recorded(service, name, "targetCapacity"),
+            weights.get(name),
+            migrated if name in weights else None,
+        )
+        for name in by_name
+    }
+    return _Steps(
+        capacity=capacity_put,
+        capacity_message=message,
+        cluster_services=tuple(creates),
+        points=tuple(points),
+        promote=promote,
+        failure=problem,
+        wake=wake,
+        reports=reports,
+    )
+
+
 def _new_cluster(
-    snapshot: Snapshot, config: Mapping[str, Any]
+    snapshot: Snapshot, config: Mapping[str, Any], *, autoscaled: bool = False
 ) -> tuple[Obj | None, Create | None, Event | None]:
     """The cluster to create for ``config`` (named after its hash), its creation, and a
     Warning when a foreign cluster holds the first name; ``(None, None, None)`` while
@@ -821,6 +1249,10 @@ def _new_cluster(
             "Create",
         )
     desired = clusters.desired_cluster(service, name)
+    if autoscaled:  # an incremental upgrade's: it grows with Serve's target_capacity (KubeRay)
+        for group in desired["spec"].get("workerGroupSpecs") or ():
+            if isinstance(group, dict):
+                group.pop("replicas", None)
     return desired, Create(desired), event
 
 
@@ -831,8 +1263,11 @@ class _Routing:
     switched: str | None
 
 
-def _route(snapshot: Snapshot, target: Obj, active: Obj | None, now: datetime.datetime) -> _Routing:
-    """Both services pointed at ``target``; a switch first stamps the old active
+def _route(
+    snapshot: Snapshot, target: Obj, active: Obj | None, now: datetime.datetime, *, serve: bool
+) -> _Routing:
+    """Both services pointed at ``target`` (only the head Service without ``serve``: an
+    incremental upgrade routes through its HTTPRoute); a switch first stamps the old active
     cluster's ``delete-after`` (absent, or left in the past by an abandoned switch: a
     fresh delay; one still ahead was written by this switch before a crash: kept)."""
     service = snapshot.service
@@ -850,10 +1285,10 @@ def _route(snapshot: Snapshot, target: Obj, active: Obj | None, now: datetime.da
             f"to {target['metadata']['name']}"
         )
     points = []
-    for current, desired in (
-        (snapshot.head_svc, services.head_service(service, target)),
-        (snapshot.serve_svc, services.serve_service(service, target)),
-    ):
+    wanted = [(snapshot.head_svc, services.head_service(service, target))]
+    if serve:
+        wanted.append((snapshot.serve_svc, services.serve_service(service, target)))
+    for current, desired in wanted:
         if current is None:
             points.append(Point(None, desired))
             continue

@@ -146,6 +146,16 @@ class Options:
     ``$ENABLE_ZERO_DOWNTIME`` is ``false`` (any case; KubeRay's variable), read when the
     options are made."""
 
+    incremental_upgrade: bool = True
+    """The ``RayServiceIncrementalUpgrade`` feature gate (KubeRay v1.7.0's, default on):
+    ``upgradeStrategy.type: NewClusterWithIncrementalUpgrade`` upgrades through a Gateway
+    (:mod:`controllers.rayservice.incremental`); off, that type behaves as ``None``."""
+    gateway_api: bool = False
+    """The API server serves the Gateway API (``gateway.networking.k8s.io/v1`` Gateways and
+    HTTPRoutes): they are then watched and cached. Default off;
+    :func:`controllers.rayservice.gateway_api_served` tells (the operator's ``main`` asks
+    it at start-up). Off, an incremental RayService reports ``GatewayAPIUnavailable``."""
+
     def __post_init__(self) -> None:
         if not 0 < self.serve_poll_interval <= self.serve_poll_max:
             raise ValueError(
@@ -217,6 +227,8 @@ class Reconciler:
             cluster_domain=self.options.cluster_domain,
             now=now,
             zero_downtime=self.options.zero_downtime,
+            incremental_gate=self.options.incremental_upgrade,
+            gateway_api=self.options.gateway_api,
         )
         decided = plan_.plan(
             snapshot,
@@ -227,6 +239,7 @@ class Reconciler:
                 serve_poll_max=self.options.serve_poll_max,
                 slow_dashboard_factor=self.options.slow_dashboard_factor,
                 zero_downtime=self.options.zero_downtime,
+                incremental=self.options.incremental_upgrade,
             ),
         )
         if decided.memory == plan_.Memory():

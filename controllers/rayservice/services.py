@@ -26,6 +26,13 @@ KubeRay does: a Service is never updated for any other difference.
   container has none, the template's own ports as given (KubeRay v1.7.0).
   :class:`ValueError` when there is no serving port at all (KubeRay refuses the same).
 - Both get the RayService as controller owner.
+- :func:`cluster_serve_service` ``<cluster>-serve-svc`` (``NewClusterWithIncrementalUpgrade``
+  only, KubeRay v1.7.0's per-cluster serve Service, the HTTPRoute's backend): the same
+  selector and ports as the serve service (``spec.serveService`` is not used, as in
+  KubeRay), labels ``ray.io/originated-from-cr-name: <cluster>``,
+  ``ray.io/originated-from-crd: RayService``, ``ray.io/serve: <cluster>-serve``; the
+  *RayCluster* is its controller owner (it goes with the cluster). Created when absent,
+  never updated (KubeRay's rule).
 
 >>> service = {"apiVersion": "ray.io/v1", "kind": "RayService",
 ...            "metadata": {"name": "svc", "namespace": "ns", "uid": "u1"}, "spec": {}}
@@ -59,6 +66,9 @@ __all__ = [
     "SERVE_SUFFIX",
     "SERVICES",
     "SERVICE_NAME_LABEL",
+    "cluster_of_serve_service",
+    "cluster_serve_service",
+    "cluster_serve_service_name",
     "head_service",
     "head_service_name",
     "ready_endpoints",
@@ -102,6 +112,27 @@ def serve_service_name(service: Mapping[str, Any]) -> str:
         if custom:
             return str(custom)
     return f"{_meta(service).get('name')}{SERVE_SUFFIX}"
+
+
+def cluster_serve_service_name(cluster_name: str) -> str:
+    """``<cluster_name>-serve-svc``.
+
+    >>> cluster_serve_service_name("svc-a1b2c")
+    'svc-a1b2c-serve-svc'
+    """
+    return f"{cluster_name}{SERVE_SUFFIX}"
+
+
+def cluster_of_serve_service(name: str) -> str | None:
+    """The cluster whose per-cluster serve Service is called ``name``; None when the name
+    does not end in ``-serve-svc``.
+
+    >>> cluster_of_serve_service("svc-a1b2c-serve-svc"), cluster_of_serve_service("web")
+    ('svc-a1b2c', None)
+    """
+    if not name.endswith(SERVE_SUFFIX) or len(name) == len(SERVE_SUFFIX):
+        return None
+    return name[: -len(SERVE_SUFFIX)]
 
 
 def selected_cluster(svc: Mapping[str, Any]) -> str | None:
@@ -204,6 +235,46 @@ def serve_service(service: Mapping[str, Any], cluster: Mapping[str, Any]) -> Obj
         "spec": body,
     }
     return _owned(service, svc)
+
+
+def cluster_serve_service(service: Mapping[str, Any], cluster: Mapping[str, Any]) -> Obj:
+    """``<cluster>-serve-svc`` selecting the serve-ready pods of ``cluster``, controlled by
+    it (see the module docstring). :class:`ValueError` without a serving port."""
+    cluster_meta = _meta(cluster)
+    name = str(cluster_meta.get("name") or "")
+    spec = service.get("spec") or {}
+    ports = raycluster.serve_ports(cluster)
+    if not ports:
+        raise ValueError(
+            "the head container lists ports but none named 'serve': the serve service "
+            f"{name}{SERVE_SUFFIX} would have no port"
+        )
+    body: Obj = {
+        "selector": {raycluster.CLUSTER_LABEL: name, raycluster.SERVE_LABEL: "true"},
+        "ports": ports,
+    }
+    service_type = ((spec.get("rayClusterConfig") or {}).get("headGroupSpec") or {}).get(
+        "serviceType"
+    )
+    if service_type:
+        body["type"] = service_type
+    svc: Obj = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": cluster_serve_service_name(name),
+            "namespace": _meta(service).get("namespace"),
+            "labels": {
+                raycluster.ORIGINATED_FROM_NAME_LABEL: name,
+                raycluster.ORIGINATED_FROM_CRD_LABEL: "RayService",
+                raycluster.SERVE_LABEL: f"{name}-serve",
+            },
+        },
+        "spec": body,
+    }
+    return objects.set_controller_reference(
+        cluster, svc, api_version="ray.io/v1", kind="RayCluster"
+    )
 
 
 def retargeted(current: Mapping[str, Any], desired: Mapping[str, Any]) -> Obj | None:

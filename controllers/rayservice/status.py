@@ -37,7 +37,14 @@ when it means something new, so the rules here decide what a write is:
   cluster went away after the service had one;
 - condition ``RollbackInProgress`` (KubeRay v1.7): ``True``/``RollbackInProgress``
   while a pending cluster is dropped because the spec went back to the active
-  cluster's; ``False``/``RollbackComplete`` when that ends (a ``False`` one is kept);
+  cluster's (``True``/``DesiredClusterSpecChanged``, KubeRay's, while an incremental
+  upgrade's traffic and capacity return to the active cluster); ``False``/
+  ``RollbackComplete`` when that ends (a ``False`` one is kept; KubeRay removes it);
+- ``targetCapacity``, ``trafficRoutedPercent`` and ``lastTrafficMigratedTime`` of each
+  cluster (``NewClusterWithIncrementalUpgrade`` only): Serve's ``target_capacity``, the
+  cluster's weight in the HTTPRoute and when the weights last changed, as the objects
+  say (:class:`ClusterReport`): they change only when a step is taken, so an idle
+  service is never written (KubeRay v1.7.0 rewrites its status every 2 s there);
 - conditions ``Suspending`` / ``Suspended`` (KubeRay v1.7.0's ``handleSuspend``),
   by :attr:`Observed.suspend`: ``requested`` (the first pass to see ``spec.suspend``;
   the commit point: from then on the suspend runs to completion whatever the spec
@@ -119,6 +126,12 @@ class ClusterReport:
     applications: Mapping[str, Any] | None = None
     """``applicationStatuses`` read from its dashboard in this pass (see
     :func:`applications`), or ``None`` when not read: the previous status's are kept."""
+    target_capacity: int | None = None
+    """``targetCapacity`` (incremental upgrades): Serve's, or what this pass sets."""
+    traffic_routed_percent: int | None = None
+    """``trafficRoutedPercent`` (incremental upgrades): its weight in the HTTPRoute."""
+    last_traffic_migrated_time: str | None = None
+    """``lastTrafficMigratedTime`` (incremental upgrades): when the weights last changed."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -141,6 +154,9 @@ class Observed:
     """Distinct ready pods behind ``<svc>-serve-svc``. Default 0."""
     rolling_back: bool = False
     """A pending cluster is being dropped because the spec returned to the active one's."""
+    rollback_message: str | None = None
+    """With :attr:`rolling_back` in an incremental upgrade: KubeRay v1.7.0's message (the
+    reason is then ``DesiredClusterSpecChanged``)."""
     suspend: Literal["requested", "deleting", "suspended"] | None = None
     """Where a suspend stands (see the module docstring); the rest is then ignored.
     Default: not suspending."""
@@ -233,6 +249,13 @@ def _cluster_status(report: ClusterReport | None, previous: Mapping[str, Any] | 
         apps = previous.get("applicationStatuses")
     if apps:
         entry["applicationStatuses"] = dict(apps)
+    for key, value in (
+        ("targetCapacity", report.target_capacity),
+        ("trafficRoutedPercent", report.traffic_routed_percent),
+        ("lastTrafficMigratedTime", report.last_traffic_migrated_time),
+    ):
+        if value is not None:
+            entry[key] = value
     return entry
 
 
@@ -354,7 +377,9 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
 
     # RollbackInProgress: present once it has happened. Suspending, Suspended: as they were.
     old_rollback = previous.get(ROLLBACK_IN_PROGRESS)
-    if observed.rolling_back:
+    if observed.rolling_back and observed.rollback_message is not None:
+        set_(ROLLBACK_IN_PROGRESS, "True", "DesiredClusterSpecChanged", observed.rollback_message)
+    elif observed.rolling_back:
         set_(ROLLBACK_IN_PROGRESS, "True", ROLLBACK_IN_PROGRESS,
              "The spec returned to the active cluster's; dropping the pending cluster")  # fmt: skip
     elif old_rollback is not None and old_rollback.get("status") == "True":

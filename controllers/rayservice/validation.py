@@ -21,9 +21,16 @@ to Ray Serve or on every reconcile:
   else KubeRay refuses to build the serve service;
 - ``spec.rayClusterConfig.authOptions.enableK8sTokenAuth``: not true (KubeRay v1.7.0
   supports Kubernetes token authentication only for a standalone RayCluster);
-- ``spec.upgradeStrategy.type``: ``NewCluster`` or ``None`` (or unset).
-  ``NewClusterWithIncrementalUpgrade`` is valid for KubeRay but **not supported by
-  this operator**, and is reported as such;
+- ``spec.upgradeStrategy.type``: ``NewCluster``, ``NewClusterWithIncrementalUpgrade``
+  or ``None`` (or unset). With ``NewClusterWithIncrementalUpgrade`` and the
+  ``RayServiceIncrementalUpgrade`` gate on (``incremental``, KubeRay v1.7.0's default),
+  KubeRay's ``ValidateClusterUpgradeOptions``: ``rayClusterConfig.enableInTreeAutoscaling``
+  true (the new cluster starts without workers and scales with Serve's
+  ``target_capacity``), ``clusterUpgradeOptions`` present, ``maxSurgePercent`` and
+  ``stepSizePercent`` within 1..100 (KubeRay accepts 0, which never moves anything: an
+  upgrade that waits forever, refused here), ``stepSizePercent <= maxSurgePercent``,
+  ``intervalSeconds > 0``, a ``gatewayClassName``. With the gate off the options are
+  not checked (the strategy then behaves as ``None``, KubeRay's rule);
 - ``spec.rayClusterDeletionDelaySeconds``: an integer >= 0;
 - ``spec.serveService``: a Service template within the allow-list of
   :func:`controllers.raycluster.validation.service_template_problems` (no ``ExternalName``,
@@ -92,7 +99,7 @@ MAX_NAME_LENGTH = raycluster.MAX_CLUSTER_NAME_LENGTH - 6
 """47: a RayService's clusters are named ``<name>-<5 characters>`` (at most 53)."""
 INITIALIZING_TIMEOUT_ANNOTATION = "ray.io/initializing-timeout"
 """How long a RayService may stay initializing before it is marked failed (KubeRay's key)."""
-SUPPORTED_UPGRADE_TYPES = ("NewCluster", "None")
+SUPPORTED_UPGRADE_TYPES = ("NewClusterWithIncrementalUpgrade", "NewCluster", "None")
 """The ``spec.upgradeStrategy.type`` values this operator implements."""
 _INCREMENTAL = "NewClusterWithIncrementalUpgrade"
 _DEFAULT_APP_NAME = "default"
@@ -358,26 +365,17 @@ def _cluster_problems(service: Mapping[str, Any], name_ok: bool) -> list[str]:
     return found + _serve_port_problems(spec, config)
 
 
-def _spec_problems(spec: Mapping[str, Any]) -> list[str]:
+def _spec_problems(spec: Mapping[str, Any], incremental: bool) -> list[str]:
     found = []
     strategy = spec.get("upgradeStrategy")
     kind = strategy.get("type") if isinstance(strategy, Mapping) else None
-    if kind == _INCREMENTAL:
-        found.append(
-            f"spec.upgradeStrategy.type {_INCREMENTAL!r} is not supported by this operator; "
-            f"use {' or '.join(repr(t) for t in SUPPORTED_UPGRADE_TYPES)} (or leave it unset "
-            "for 'NewCluster')"
-        )
-    elif kind is not None and kind not in SUPPORTED_UPGRADE_TYPES:
+    if kind is not None and kind not in SUPPORTED_UPGRADE_TYPES:
         found.append(
             f"spec.upgradeStrategy.type {kind!r} is invalid; valid values are "
-            f"{' and '.join(repr(t) for t in SUPPORTED_UPGRADE_TYPES)}"
+            f"{', '.join(repr(t) for t in SUPPORTED_UPGRADE_TYPES)}"
         )
-    if isinstance(strategy, Mapping) and strategy.get("clusterUpgradeOptions"):
-        found.append(
-            "spec.upgradeStrategy.clusterUpgradeOptions is not supported by this operator "
-            f"(it configures {_INCREMENTAL!r}); remove it"
-        )
+    if kind == _INCREMENTAL and incremental and isinstance(strategy, Mapping):
+        found += _incremental_problems(spec, strategy.get("clusterUpgradeOptions"))
     delay = spec.get("rayClusterDeletionDelaySeconds")
     if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or delay < 0):
         found.append(
@@ -406,6 +404,49 @@ def _spec_problems(spec: Mapping[str, Any]) -> list[str]:
     return found
 
 
+_OPTIONS = "spec.upgradeStrategy.clusterUpgradeOptions"
+
+
+def _percent(
+    options: Mapping[str, Any], key: str, default: int | None
+) -> tuple[int | None, str | None]:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+        return None, f"{_OPTIONS}.{key} must be between 1 and 100, got {value!r}"
+    return value, None
+
+
+def _incremental_problems(spec: Mapping[str, Any], options: Any) -> list[str]:
+    """KubeRay v1.7.0's ``ValidateClusterUpgradeOptions``, naming the fields (and 0 refused)."""
+    found = []
+    config = spec.get("rayClusterConfig")
+    if isinstance(config, Mapping) and config.get("enableInTreeAutoscaling") is not True:
+        found.append(
+            f"spec.upgradeStrategy.type {_INCREMENTAL!r} needs the Ray autoscaler: set "
+            "spec.rayClusterConfig.enableInTreeAutoscaling to true (the new cluster starts "
+            "without workers and grows with Serve's target_capacity)"
+        )
+    if not isinstance(options, Mapping):
+        found.append(f"{_OPTIONS} is required for {_INCREMENTAL!r}")
+        return found
+    surge, problem = _percent(options, "maxSurgePercent", 100)
+    found += [problem] if problem else []
+    step, problem = _percent(options, "stepSizePercent", None)
+    found += [problem] if problem else []
+    if surge is not None and step is not None and step > surge:
+        found.append(
+            f"{_OPTIONS}.stepSizePercent ({step}) must be less than or equal to "
+            f"maxSurgePercent ({surge})"
+        )
+    interval = options.get("intervalSeconds")
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval <= 0:
+        found.append(f"{_OPTIONS}.intervalSeconds must be greater than 0, got {interval!r}")
+    gateway_class = options.get("gatewayClassName")
+    if not isinstance(gateway_class, str) or not gateway_class:
+        found.append(f"{_OPTIONS}.gatewayClassName is required for {_INCREMENTAL!r}")
+    return found
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Validated:
     """A RayService read once: why it cannot run, or its typed spec and what it asks for."""
@@ -420,9 +461,10 @@ class Validated:
     """Seconds of :data:`INITIALIZING_TIMEOUT_ANNOTATION`; None when absent or invalid."""
 
 
-def validate(service: Mapping[str, Any]) -> Validated:
+def validate(service: Mapping[str, Any], *, incremental: bool = True) -> Validated:
     """``service`` checked once (see the module docstring): its problems, or its typed
-    spec, its Serve config and its initializing timeout.
+    spec, its Serve config and its initializing timeout. ``incremental``: the
+    ``RayServiceIncrementalUpgrade`` gate (default on, as KubeRay v1.7.0's).
 
     >>> validate({"metadata": {"name": "Bad"}, "spec": {}}).problems[0]
     "metadata.name 'Bad' is not a valid DNS-1035 label (lower-case letters, digits and '-', \
@@ -439,7 +481,7 @@ starting with a letter and ending with a letter or digit)"
             found.append(problem)
     spec = service.get("spec") or {}
     found += _cluster_problems(service, name_ok)
-    found += _spec_problems(spec)
+    found += _spec_problems(spec, incremental)
     config, serve_problems = _serve(service)
     found += serve_problems
     if found:
@@ -451,6 +493,6 @@ starting with a letter and ending with a letter or digit)"
     return Validated(spec=typed, serve_config=config, initializing_timeout=timeout)
 
 
-def problems(service: Mapping[str, Any]) -> list[str]:
+def problems(service: Mapping[str, Any], *, incremental: bool = True) -> list[str]:
     """Every reason ``service`` cannot be run (see the module docstring); empty when it can."""
-    return list(validate(service).problems)
+    return list(validate(service, incremental=incremental).problems)

@@ -71,6 +71,16 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   - create
   - patch
 - apiGroups:
+  - gateway.networking.k8s.io
+  resources:
+  - gateways
+  - httproutes
+  verbs:
+  - create
+  - list
+  - update
+  - watch
+- apiGroups:
   - ray.io
   resources:
   - rayclusters

@@ -18,8 +18,11 @@ Per live IP it keeps a :class:`tests.support.raysim.serve.Head`:
   KubeRay's probes call;
 - ``:8000`` ``/-/healthz`` (200 ``success``), ``/-/routes``, and any other path routed
   by ``route_prefix`` to a serving application, answering the application's name as
-  plain text; while Serve is not running (no PUT yet, after DELETE or restart) the
-  proxy does not exist, so connections to ``:8000`` are reset, as on a Ray head.
+  plain text, with the answering pod's IP in the header ``x-raysim-pod`` (which cluster
+  served a request that came through a gateway); a 503 while the head's Serve
+  ``target_capacity`` is 0 (no replica to send it to); while Serve is not running (no
+  PUT yet, after DELETE or restart) the proxy does not exist, so connections to
+  ``:8000`` are reset, as on a Ray head.
 
 A live **worker** pod's IP answers ``:8000`` only, as a Serve proxy of its cluster's
 head (Serve runs a proxy per node and routes to replicas anywhere in the cluster): the
@@ -66,9 +69,11 @@ from aiohttp import web, web_request, web_response
 
 from tests.support.raysim import serve
 
-__all__ = ["DEFAULT_PORTS", "Inside", "has_default_route", "main"]
+__all__ = ["DEFAULT_PORTS", "POD_HEADER", "Inside", "has_default_route", "main"]
 
 DEFAULT_PORTS = {"dashboard": 8265, "serve": 8000, "agent": 52365}
+POD_HEADER = "x-raysim-pod"
+"""The response header naming the pod IP that answered a Serve request."""
 
 
 class _HeadState:
@@ -278,7 +283,9 @@ class Inside:
                 status=404,
                 text=f"Path '{path}' not found. Ping http://{host}/-/routes for available routes.",
             )
-        return web_response.Response(text=app)
+        if head.target_capacity == 0:
+            return web_response.Response(status=503, text=f"{app}: no replica (target_capacity 0)")
+        return web_response.Response(text=app, headers={POD_HEADER: _local_ip(request.transport)})
 
     def _handler(self, port_name: str) -> Any:
         route = {"dashboard": self._dashboard, "agent": self._agent, "serve": self._proxy}[

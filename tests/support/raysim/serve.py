@@ -24,6 +24,11 @@ What it answers (as measured on Ray 2.60, /work/shared/notes/kuberay-facts.md):
   (deployments ``HEALTHY``), unless its import path cannot be imported (see
   :meth:`Behaviour.importable`): then ``DEPLOY_FAILED``, no deployments, and a
   traceback-like ``message`` ending in ``ModuleNotFoundError: No module named '<module>'``.
+- ``target_capacity`` (Serve's, for incremental upgrades): the PUT body's value (a
+  number from 0 to 100, or absent/null: 100 %), reported back by the GET; a PUT without
+  it resets it, as Serve's declarative config does, and a value out of range is a 400.
+  The proxy of a head whose target capacity is 0 has no replica to send a request to
+  (:attr:`Head.target_capacity`; the simulator answers 503).
 - :meth:`Head.delete_applications` - ``DELETE``: Serve shuts down; everything is forgotten.
 - :meth:`Head.route` - what the proxy on ``:8000`` serves: the ``RUNNING`` (or
   ``UNHEALTHY``) application with the longest matching ``route_prefix``.
@@ -167,6 +172,16 @@ def _validate(body: Any) -> list[dict[str, Any]]:
         count = len(errors)
         noun = "error" if count == 1 else "errors"
         raise ConfigError(f"{count} validation {noun} for ServeDeploySchema\n" + "\n".join(errors))
+    capacity = body.get("target_capacity")
+    if capacity is not None and (
+        isinstance(capacity, bool)
+        or not isinstance(capacity, int | float)
+        or not 0 <= capacity <= 100
+    ):
+        raise ConfigError(
+            "1 validation error for ServeDeploySchema\ntarget_capacity\n"
+            f"  value {capacity!r} is not a number from 0 to 100 (type=value_error)"
+        )
     normalised = [_normalise(app) for app in apps]
     for key, what in (("name", "name"), ("route_prefix", "route_prefix")):
         seen: set[str] = set()
@@ -186,7 +201,7 @@ def _validate(body: Any) -> list[dict[str, Any]]:
 class Head:
     """The Serve state of one head pod (see the module docstring)."""
 
-    __slots__ = ("_apps", "_behaviour", "_clock", "_serve_started", "ip")
+    __slots__ = ("_apps", "_behaviour", "_clock", "_serve_started", "ip", "target_capacity")
 
     def __init__(
         self, behaviour: Behaviour, *, clock: Callable[[], float], ip: str = "0.0.0.0"
@@ -196,6 +211,8 @@ class Head:
         self.ip = ip
         self._apps: dict[str, _App] = {}
         self._serve_started = False
+        self.target_capacity: float | None = None
+        """Serve's ``target_capacity`` (None: 100 %), from the last good PUT."""
 
     # -- the REST subset -----------------------------------------------------------------------
 
@@ -209,6 +226,7 @@ class Head:
         configs = _validate(body)
         now = self._clock()
         self._serve_started = True
+        self.target_capacity = body.get("target_capacity")
         wanted = {config["name"]: config for config in configs}
         for name, config in wanted.items():
             current = self._apps.get(name)
@@ -223,6 +241,7 @@ class Head:
         """``DELETE /api/serve/applications/``: shut Serve down, forget everything."""
         self._apps.clear()
         self._serve_started = False
+        self.target_capacity = None
 
     def get_applications(self, api_type: str | None = None) -> dict[str, Any]:
         """``GET /api/serve/applications/[?api_type=...]`` as Ray 2.60 shapes it."""
@@ -265,7 +284,7 @@ class Head:
             "proxies": {node_id: proxy},
             "deploy_mode": "MULTI_APP",
             "applications": apps,
-            "target_capacity": None,
+            "target_capacity": self.target_capacity,
         }
 
     def route(self, path: str) -> str | None:

@@ -14,7 +14,7 @@ import pytest
 import structlog
 
 import controllers
-from controllers import main
+from controllers import main, rayservice
 from controllers.rayservice import reconciler as rayservice_reconciler
 from runtime import log, manager
 from runtime.client import kubeconfig as kubeconfig_
@@ -39,6 +39,9 @@ class Ran:
         self.logging: list[tuple[str, str]] = []
         self.log_files: list[dict[str, Any]] = []
         self.exit_code = 0
+        self.gateway_api = True
+        """What the Gateway API discovery answers."""
+        self.gateway_asked = 0
 
     @property
     def options(self) -> manager.Options:
@@ -48,7 +51,8 @@ class Ran:
 
 @pytest.fixture
 def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterator[Ran]:
-    """``serve``, ``controllers.setup`` and ``log.configure`` replaced by recorders; no
+    """``serve``, ``controllers.setup``, ``log.configure`` and the Gateway API discovery
+    replaced by recorders; no
     RAYSERVICE_*, kubeconfig or in-cluster variables from the outside; HOME is empty."""
 
     for name in list(os.environ):
@@ -74,8 +78,13 @@ def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterator[Ran
         record.setup.append(kwargs)
         return []
 
+    async def gateway_api_served(client: Any) -> bool:
+        record.gateway_asked += 1
+        return record.gateway_api
+
     monkeypatch.setattr(manager, "serve", serve)
     monkeypatch.setattr(controllers, "setup", setup)
+    monkeypatch.setattr(rayservice, "gateway_api_served", gateway_api_served)
 
     def configure(fmt: str, level: str, **options: Any) -> None:
         record.logging.append((fmt, level))
@@ -293,7 +302,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         {
             "max_concurrent_reconciles": 1,
             "rayservice_options": rayservice_reconciler.Options(
-                address_mode="service", serve_poll_max=10.0
+                address_mode="service", serve_poll_max=10.0, gateway_api=True
             ),
             "raycluster_options": None,
             "enable_metrics": False,
@@ -325,7 +334,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         {
             "max_concurrent_reconciles": 4,
             "rayservice_options": rayservice_reconciler.Options(
-                address_mode="pod-ip", serve_poll_max=30.0
+                address_mode="pod-ip", serve_poll_max=30.0, gateway_api=True
             ),
             "raycluster_options": None,
             "enable_metrics": False,
@@ -363,7 +372,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
         {
             "max_concurrent_reconciles": 3,
             "rayservice_options": rayservice_reconciler.Options(
-                address_mode="kubernetes-proxy", serve_poll_max=10.0
+                address_mode="kubernetes-proxy", serve_poll_max=10.0, gateway_api=True
             ),
             "raycluster_options": None,
             "enable_metrics": False,
@@ -405,7 +414,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
         {
             "max_concurrent_reconciles": 3,
             "rayservice_options": rayservice_reconciler.Options(
-                address_mode="kubernetes-proxy", serve_poll_max=10.0
+                address_mode="kubernetes-proxy", serve_poll_max=10.0, gateway_api=True
             ),
             "raycluster_options": None,
             "enable_metrics": False,
@@ -648,3 +657,22 @@ def test_a_bad_configuration_file_exits_2_naming_it(
     assert f"--config {config}: " in line
     assert says in line
     assert ran.managers == []
+
+
+@pytest.mark.parametrize(
+    ("gates", "served", "asked", "gateway_api", "incremental"),
+    [
+        ("", True, 1, True, True),
+        ("", False, 1, False, True),
+        ("RayServiceIncrementalUpgrade=false", True, 0, False, False),
+    ],
+)
+def test_the_incremental_gate_and_the_gateway_api_reach_the_rayservice_options(
+    ran: Ran, kubeconfig: pathlib.Path, gates: str, served: bool, asked: int,
+    gateway_api: bool, incremental: bool,
+) -> None:  # fmt: skip
+    ran.gateway_api = served
+    assert main.main(["--kubeconfig", str(kubeconfig), "--feature-gates", gates]) == 0
+    options = ran.setup[0]["rayservice_options"]
+    assert ran.gateway_asked == asked  # never asked when the gate is off
+    assert (options.gateway_api, options.incremental_upgrade) == (gateway_api, incremental)

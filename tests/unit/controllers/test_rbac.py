@@ -18,13 +18,14 @@ import copy
 import datetime
 from typing import Any
 
+import pytest
 import yaml
 from aiohttp import web
 
 import api.v1 as v1
 from controllers.ray import dashboard
 from controllers.raycluster import reconciler as raycluster_reconciler
-from controllers.rayservice import tokens
+from controllers.rayservice import gateway, tokens
 from runtime import reconcile
 from runtime.client import resources
 from tests.unit import helpers
@@ -34,6 +35,7 @@ REQUEST, T0, Env, rayservice = scenario.REQUEST, scenario.T0, scenario.Env, scen
 
 ROOT = helpers.ROOT
 PODS = resources.default_registry.for_kind("v1", "Pod")
+HTTPROUTES = gateway.HTTPROUTES
 
 NOT_CALLED: dict[tuple[str, str, str], str] = {
     ("", "pods/resize", "patch"): "escalation: the autoscaler's Role grants it",
@@ -195,6 +197,38 @@ async def _life(env: Env, op: Operator) -> None:
     await env.synced()
     await op.cluster("ft")  # the pods go
     await op.cluster("ft")  # the head is gone: the Job
+    # NewClusterWithIncrementalUpgrade: the per-cluster serve Service, the Gateway and the
+    # HTTPRoute created, then each updated (a new class; a route edited by someone else)
+    inc = rayservice(upgradeStrategy={"type": "NewClusterWithIncrementalUpgrade",
+                                      "clusterUpgradeOptions": {
+                                          "stepSizePercent": 50, "intervalSeconds": 10,
+                                          "gatewayClassName": "a"}})  # fmt: skip
+    inc["metadata"]["name"] = "inc"
+    inc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] = True
+    await env.client.create(inc)
+    await env.synced()
+
+    async def incremental() -> None:
+        await op._run(env.reconciler.reconcile(reconcile.Request("ns", "inc")))
+        await env.synced()
+
+    await incremental()
+    (first,) = [n for n in await env.live_clusters() if n.startswith("inc-")]
+    await env.start_head(first, serve="true")
+    await incremental()
+    env.fake(first).set_all("RUNNING")
+    await incremental()
+    await incremental()
+    inc = await env.client.get(v1.RAYSERVICES, "ns", "inc")
+    inc["spec"]["upgradeStrategy"]["clusterUpgradeOptions"]["gatewayClassName"] = "b"
+    await env.client.update(inc)
+    await env.synced()
+    await incremental()
+    route = await env.client.get(HTTPROUTES, "ns", "inc-httproute")
+    route["metadata"]["annotations"] = {}
+    await env.client.update(route)
+    await env.synced()
+    await incremental()
     # the same Warning twice: the recorder aggregates it with a patch
     for _ in range(2):
         env.recorder.event(await env.service(), "Warning", "Same", "the same message")
@@ -205,6 +239,7 @@ async def _life(env: Env, op: Operator) -> None:
     await both()
 
 
+@pytest.mark.gateway_api
 async def test_every_verb_of_the_manager_role_is_used_or_explained(env: Env) -> None:
     op = Operator(env)
     await _life(env, op)

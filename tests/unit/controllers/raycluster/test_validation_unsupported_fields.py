@@ -63,11 +63,19 @@ def test_the_off_values_are_accepted(extra: dict[str, Any]) -> None:
     assert raycluster_validation.problems(cluster) == []
 
 
-def test_incremental_upgrade_options_are_refused_on_a_rayservice() -> None:
-    strategy = {"type": "NewCluster", "clusterUpgradeOptions": {"maxSurgePercent": 50}}
+def test_incremental_upgrade_options_are_typed_and_checked_only_for_that_strategy() -> None:
+    strategy: dict[str, Any] = {
+        "type": "NewCluster",
+        "clusterUpgradeOptions": {"maxSurgePercent": 50},
+    }
     spec = {"rayClusterConfig": cluster_spec(), "upgradeStrategy": strategy}
     service = {"metadata": {"name": "svc", "namespace": "ns"}, "spec": spec}
-    assert validation.problems(service) == [
-        "spec.upgradeStrategy.clusterUpgradeOptions is not supported by this operator "
-        "(it configures 'NewClusterWithIncrementalUpgrade'); remove it"
-    ]
+    # the CRD's required fields, named (the API server refuses the same)
+    problems = validation.problems(service)
+    for field in ("stepSizePercent", "intervalSeconds", "gatewayClassName"):
+        assert any(field in p for p in problems), (field, problems)
+    # complete options beside another strategy are kept, not acted on (KubeRay's rule)
+    strategy["clusterUpgradeOptions"] = {
+        "maxSurgePercent": 0, "stepSizePercent": 50, "intervalSeconds": 0, "gatewayClassName": "",
+    }  # fmt: skip
+    assert validation.problems(service) == []

@@ -16,7 +16,7 @@ import api.v1 as v1
 import controllers
 from controllers.ray import fake as fake_dashboards
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters, services
+from controllers.rayservice import clusters, gateway, services
 from controllers.rayservice import reconciler as reconciler_
 from runtime import events, reconcile
 from runtime.cache import cache as cache_
@@ -69,9 +69,12 @@ def rayservice(**spec: Any) -> dict[str, Any]:
 
 
 class Env:
-    def __init__(self) -> None:
+    def __init__(self, *, gateway_api: bool = False) -> None:
         registry = resources.default_registry.copy()
         v1.add_to_registry(registry)
+        if gateway_api:  # the Gateway API's CRDs are installed
+            registry.register(gateway.GATEWAYS)
+            registry.register(gateway.HTTPROUTES)
         self.client = fake.FakeClient(registry, namespaces=["ns"])
         # The cache the binary builds: only Ray pods (controllers.cache_by_resource).
         self.cache = cache_.Cache(
@@ -84,7 +87,8 @@ class Env:
         self.now = T0
         self.reconciler = reconciler_.Reconciler(
             self.client, self.cache, self.recorder, self.dashboards,
-            reconciler_.Options(address_mode="pod-ip"), clock=lambda: self.now,
+            reconciler_.Options(address_mode="pod-ip", gateway_api=gateway_api),
+            clock=lambda: self.now,
         )  # fmt: skip
         self.ips = iter(f"198.18.0.{i}" for i in range(1, 250))
 

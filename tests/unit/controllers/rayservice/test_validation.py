@@ -253,12 +253,61 @@ def test_serve_service_template_can_supply_the_serve_port() -> None:
 # --- spec fields ---------------------------------------------------------------------------------
 
 
-def test_incremental_upgrade_is_reported_as_not_supported() -> None:
+def incremental(options: Any = None, *, autoscaling: bool = True) -> Obj:
     svc = service(upgradeStrategy={"type": "NewClusterWithIncrementalUpgrade"})
-    (problem,) = validation.problems(svc)
-    assert "'NewClusterWithIncrementalUpgrade' is not supported by this operator" in problem
-    assert "'NewCluster' or 'None'" in problem
-    assert problem.startswith("spec.upgradeStrategy.type")
+    if options is not None:
+        svc["spec"]["upgradeStrategy"]["clusterUpgradeOptions"] = options
+    svc["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] = autoscaling
+    return svc
+
+
+GOOD_OPTIONS = {"stepSizePercent": 25, "intervalSeconds": 30, "gatewayClassName": "traefik"}
+
+
+def test_incremental_upgrade_with_kuberays_options_is_valid() -> None:
+    checked = validation.validate(incremental(GOOD_OPTIONS))
+    assert checked.problems == ()
+    assert checked.spec is not None
+    assert checked.spec.upgrade_strategy is not None
+    options = checked.spec.upgrade_strategy.cluster_upgrade_options
+    assert options is not None
+    assert options.max_surge_percent == 100  # KubeRay's default
+
+
+G = GOOD_OPTIONS
+RANGE = "must be between 1 and 100, got"
+
+
+@pytest.mark.parametrize(
+    ("options", "autoscaling", "expected"),
+    [
+        (G, False, "needs the Ray autoscaler: set spec.rayClusterConfig.enableInTreeAutoscaling"),
+        (None, True, "clusterUpgradeOptions is required for 'NewClusterWithIncrementalUpgrade'"),
+        ({**G, "maxSurgePercent": 101}, True, f"maxSurgePercent {RANGE} 101"),
+        ({**G, "maxSurgePercent": 0}, True, f"maxSurgePercent {RANGE} 0"),
+        ({**G, "stepSizePercent": -1}, True, f"stepSizePercent {RANGE} -1"),
+        ({**G, "stepSizePercent": 0}, True, f"stepSizePercent {RANGE} 0"),
+        ({**G, "maxSurgePercent": 20}, True,
+         "stepSizePercent (25) must be less than or equal to maxSurgePercent (20)"),
+        ({**G, "intervalSeconds": 0}, True, "intervalSeconds must be greater than 0, got 0"),
+        ({**G, "gatewayClassName": ""}, True,
+         "gatewayClassName is required for 'NewClusterWithIncrementalUpgrade'"),
+    ],
+)  # fmt: skip
+def test_incremental_upgrade_options_are_checked_as_kuberay_does(
+    options: Any, autoscaling: bool, expected: str
+) -> None:
+    (problem,) = validation.problems(incremental(options, autoscaling=autoscaling))
+    assert expected in problem
+    assert problem.startswith("spec.upgradeStrategy.")
+
+
+def test_with_the_gate_off_incremental_options_are_not_checked() -> None:
+    """KubeRay v1.7.0 with ``RayServiceIncrementalUpgrade=false``: the type is valid and
+    behaves as ``None``; its options are not looked at."""
+    svc = incremental({**GOOD_OPTIONS, "intervalSeconds": 0}, autoscaling=False)
+    assert validation.problems(svc, incremental=False) == []
+    assert validation.problems(svc) != []
 
 
 @pytest.mark.parametrize("kind", ["NewCluster", "None", None])
@@ -269,7 +318,8 @@ def test_supported_upgrade_types(kind: str | None) -> None:
 def test_unknown_upgrade_type() -> None:
     (problem,) = validation.problems(service(upgradeStrategy={"type": "Rolling"}))
     assert problem == (
-        "spec.upgradeStrategy.type 'Rolling' is invalid; valid values are 'NewCluster' and 'None'"
+        "spec.upgradeStrategy.type 'Rolling' is invalid; valid values are "
+        "'NewClusterWithIncrementalUpgrade', 'NewCluster', 'None'"
     )
 
 
