@@ -133,6 +133,8 @@ def _free_loopback(port: int, skip: set[str]) -> str:
         if address in skip:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # As Go's listeners do: a closed connection's TIME_WAIT does not hold the port.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((address, port))
             except OSError as exc:
