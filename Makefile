@@ -35,13 +35,23 @@ ray: ## Install (or reuse) ray[serve] in its own venv under ~/.cache, for the re
 helm: ## Build (or reuse) helm from its Go module into ~/.cache, for the chart tests
 	@hack/helm/install.sh >/dev/null
 
+.PHONY: traefik
+traefik: ## Build (or reuse) Traefik from its Go module into ~/.cache: the Gateway API implementation of the gateway tests
+	@hack/traefik/install.sh >/dev/null
+
+GATEWAY_API_INSTALL := hack/gatewayapi/install.sh
+
+.PHONY: gateway-api
+gateway-api: ## Fetch (or reuse) the Gateway API CRDs (standard channel) from their Go module into ~/.cache
+	@$(GATEWAY_API_INSTALL) >/dev/null
+
 COVERAGE_DIR := build/coverage
 
 # One run: pytest under coverage.py (branch, subprocesses too: [tool.coverage] in
 # pyproject.toml), then the table and the floors (the total's `fail_under` in pyproject,
 # per-package ones in hack/coverage_floor.py). Fails if the tests or a floor fail.
 .PHONY: test
-test: $(STAMP) controlplane ray helm ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
+test: $(STAMP) controlplane ray helm traefik gateway-api ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
 	@rm -rf $(COVERAGE_DIR)
 	@status=0; $(PY) -m coverage run -m pytest || status=$$?; \
 	$(PY) -m coverage combine -q && \
@@ -116,9 +126,23 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 
 MANAGER_FLAGS ?= --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
 
+# The Gateway API CRDs (the operator's Gateways and HTTPRoutes need them): always applied to
+# the local control plane; applied to $KUBECONFIG's cluster only when it has none (never
+# replaced there), with kubectl from PATH or else the one the control-plane build made.
+# Server-side apply: the HTTPRoute CRD is too big for kubectl's last-applied annotation.
 .PHONY: run
-run: $(STAMP) ## Run the operator: against $KUBECONFIG if set, else a local control plane (Ctrl-C stops both)
-	@if [ -n "$$KUBECONFIG" ]; then \
+run: $(STAMP) gateway-api ## Run the operator: against $KUBECONFIG if set, else a local control plane (Ctrl-C stops both)
+	@gateway_crds=$$($(GATEWAY_API_INSTALL) --print-dir); \
+	if [ -n "$$KUBECONFIG" ]; then \
+		kubectl=$$(command -v kubectl || echo "$$($(CONTROLPLANE_BUILD) --print-bin-dir)/kubectl"); \
+		if [ ! -x "$$kubectl" ]; then \
+			echo "no kubectl: not checking for the Gateway API CRDs (kubectl apply --server-side -f $$gateway_crds)"; \
+		elif ! out=$$("$$kubectl" get crd gateways.gateway.networking.k8s.io -o name 2>&1); then \
+			case "$$out" in *NotFound*) \
+				"$$kubectl" apply --server-side -f "$$gateway_crds" >/dev/null && \
+					echo "Gateway API CRDs were absent: installed from $$gateway_crds";; \
+			*) echo "cannot check for the Gateway API CRDs: $$out";; esac; \
+		fi; \
 		exec $(VENV)/bin/rayservice-manager --kubeconfig "$$KUBECONFIG" $(MANAGER_FLAGS); \
 	fi; \
 	started=no; \
@@ -132,6 +156,8 @@ run: $(STAMP) ## Run the operator: against $KUBECONFIG if set, else a local cont
 		"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/kubectl" --kubeconfig $(CLUSTER_DIR)/kubeconfig \
 			apply -f config/crd/bases >/dev/null && echo "CRDs installed"; \
 	fi; \
+	"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/kubectl" --kubeconfig $(CLUSTER_DIR)/kubeconfig \
+		apply --server-side --force-conflicts -f "$$gateway_crds" >/dev/null && echo "Gateway API CRDs installed"; \
 	ns=$$(sed -n 's/^netns=//p' $(CLUSTER_DIR)/state 2>/dev/null | head -n 1); \
 	if [ -n "$$ns" ]; then \
 		$(PY) -m tests.support.raysim --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig --netns "$$ns" \

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Install (or reuse) the Gateway API CRDs for the gateway tests (tests/support/gateway.py,
+# tests/integration/test_gateway.py) and `make run`: the standard channel of
+# sigs.k8s.io/gateway-api@<version>, taken from the Go module (`go mod download -json`
+# gives its directory; the CRDs are the YAML files under config/crd/standard/) and
+# copied into a directory cached per version under the user's cache directory (a
+# second or so the first time; a no-op afterwards).
+#
+# Standard channel only, on purpose: Traefik v3.6's Gateway API provider (the
+# implementation the tests run) watches GatewayClass, Gateway, HTTPRoute, GRPCRoute
+# (v1), ReferenceGrant (v1beta1) and BackendTLSPolicy (v1), all of which v1.4's
+# standard channel serves. It watches TCPRoute and TLSRoute (v1alpha2, experimental
+# channel) only with --providers.kubernetesgateway.experimentalchannel=true, which the
+# tests do not set; so no experimental CRD is needed.
+#
+# Usage:
+#   install.sh                  copy if missing; the last line on stdout is the CRD directory
+#   install.sh --print-dir      print the CRD directory and exit
+#
+# Environment: GATEWAY_API_VERSION (default v1.4.1) picks another release. The CRDs
+# count as installed only once the stamp file .gateway-api-<version> exists, written
+# last; an interrupted copy leaves no stamp and is redone. One installer at a time per
+# version (flock); a second one waits, then finds the stamp.
+set -euo pipefail
+
+GATEWAY_API_VERSION="${GATEWAY_API_VERSION:-v1.4.1}"
+CRD_DIR="${XDG_CACHE_HOME:-${HOME}/.cache}/rayservice-operator/gateway-api/${GATEWAY_API_VERSION}"
+STAMP="${CRD_DIR}/.gateway-api-${GATEWAY_API_VERSION}"
+MODULE="sigs.k8s.io/gateway-api"
+
+log() { echo "[gateway-api] $*" >&2; }
+
+case "${1:-}" in
+  --print-dir) echo "${CRD_DIR}"; exit 0 ;;
+  -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+  "") ;;
+  *) log "unknown argument: $1"; exit 2 ;;
+esac
+
+installed() { [[ -f "${STAMP}" ]] && compgen -G "${CRD_DIR}/*.yaml" >/dev/null; }
+
+if installed; then
+  echo "${CRD_DIR}"
+  exit 0
+fi
+
+command -v go >/dev/null 2>&1 || { log "ERROR: 'go' not found in PATH (needed to fetch ${MODULE})"; exit 1; }
+
+mkdir -p "${CRD_DIR}"
+exec 9>"${CRD_DIR}/.install.lock"
+if ! flock -n 9; then
+  log "another install.sh is fetching the Gateway API CRDs ${GATEWAY_API_VERSION}; waiting ..."
+  flock 9
+fi
+if installed; then
+  echo "${CRD_DIR}"
+  exit 0
+fi
+
+start=$(date +%s)
+log "fetching ${MODULE}@${GATEWAY_API_VERSION} (standard channel CRDs) into ${CRD_DIR}"
+# Never let a go.mod 'toolchain' line trigger a toolchain download.
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+dir="$(cd "${CRD_DIR}" && go mod download -json "${MODULE}@${GATEWAY_API_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+source_dir="${dir}/config/crd/standard"
+compgen -G "${source_dir}/*.yaml" >/dev/null || { log "ERROR: no CRDs in ${source_dir}"; exit 1; }
+rm -f "${CRD_DIR}"/*.yaml
+for crd in "${source_dir}"/*.yaml; do
+  install -m 0644 "${crd}" "${CRD_DIR}/"
+done
+touch "${STAMP}"
+log "$(ls "${CRD_DIR}"/*.yaml | wc -l) CRDs ready in $(( $(date +%s) - start )) s"
+echo "${CRD_DIR}"
