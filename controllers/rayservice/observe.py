@@ -27,7 +27,13 @@ Ray dashboard. It writes nothing. What it found is:
   ``failure`` says why. With token authentication (``authOptions.mode: token``) every
   dashboard request carries the cluster's token (:mod:`controllers.rayservice.tokens`);
   a token that cannot be read is the view's ``failure``, and nothing is sent. The Serve
-  proxy's ``/-/healthz`` takes no token (Ray does not guard its Serve proxy).
+  proxy's ``/-/healthz`` takes no token (Ray does not guard its Serve proxy);
+- ``NewClusterWithIncrementalUpgrade`` (with the gate on): the Gateway and the HTTPRoute
+  (from the cache, when the Gateway API is served), each owned cluster's
+  ``<cluster>-serve-svc`` and the pods ready behind it, and the Serve applications of the
+  cluster traffic moves from (:attr:`~controllers.rayservice.plan.Roles.other`: its
+  ``target_capacity``, read the same way as the target's; nothing is submitted to it
+  here).
 """
 
 from __future__ import annotations

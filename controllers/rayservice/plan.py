@@ -20,8 +20,11 @@ The decisions, in order (the first three end the pass early):
    terminal (KubeRay v1.7.0): ``InitializingTimeout`` and a Warning once, then no
    status write, whatever the spec becomes (only a suspend and resume starts it
    afresh); its clusters are dangling (step 4);
-3. **foreign Services**: a head or serve Service of our name that we do not control
-   is never touched; ``ServiceNotOwned`` is reported instead;
+3. **foreign objects**: a head or serve Service of our name that we do not control
+   is never touched; ``ServiceNotOwned`` is reported instead (with
+   ``NewClusterWithIncrementalUpgrade``: the Gateway and the HTTPRoute, reported as
+   ``GatewayNotOwned``, and the per-cluster serve Services, which their cluster must
+   control; and ``GatewayAPIUnavailable`` when the Gateway API is not served);
 4. **clusters** (:func:`roles`): the active cluster (the one the head Service
    selects) is *kept* when its hash matches, or when upgrades on a new cluster are
    off (:func:`new_cluster_upgrades`: ``upgradeStrategy.type: None``, or no type and
@@ -48,6 +51,19 @@ The decisions, in order (the first three end the pass early):
    are created or *pointed* at it; a switch stamps the old active cluster's
    ``delete-after`` first. A pass that moved traffic writes no status: the serve
    endpoints follow within about a second and one write then reports both;
+**Incremental upgrades** (``NewClusterWithIncrementalUpgrade`` with its gate on,
+:func:`incremental_mode`) change steps 4 to 6: the new cluster starts without worker
+replicas; a cluster the HTTPRoute still sends to that is neither active nor pending is
+being *drained* (a rollback: the target is then the active cluster, and no new cluster
+is created until it is gone); each pass takes at most one step of
+:func:`controllers.rayservice.incremental.next_step` (a Serve ``target_capacity`` PUT,
+or new weights in the route, stamped ``ray.io/traffic-migrated-at``); the Gateway, the
+route and the per-cluster serve Services are created or updated when a managed field
+differs; the head Service moves to the new cluster only when the step machine says
+*done* (the serve service ``<svc>-serve-svc`` is not used). The status reports each
+cluster's ``targetCapacity``, ``trafficRoutedPercent`` and ``lastTrafficMigratedTime``
+from those objects, so it changes only with a step.
+
 7. **status** (:func:`controllers.rayservice.status.compute`), and when to look
    again: the next dashboard poll (2 s while converging, doubling to 10 s while
    ready and unchanged; never sooner than ``slow_dashboard_factor`` times what the
