@@ -1088,6 +1088,15 @@ def _running_config(
     return {"applications": applications}
 
 
+def _written(current: Obj | None, desired: Obj) -> list[Point]:
+    """The Gateway's or the route's write: created, updated when a managed field differs
+    (:func:`controllers.rayservice.gateway.merged`), or none."""
+    if current is None:
+        return [Point(None, desired)]
+    changed = gateway.merged(current, desired)
+    return [Point(current, changed)] if changed is not None else []
+
+
 def _serve_port(cluster: Obj) -> int:
     ports = raycluster.serve_ports(cluster)
     named = next((p for p in ports if p.get("name") == "serve"), ports[0] if ports else None)
@@ -1124,14 +1133,7 @@ def _incremental(
             continue
         with contextlib.suppress(ValueError):  # no serving port: nothing to route to
             creates.append(services.cluster_serve_service(service, cluster))
-    points: list[Point] = []
-    desired_gateway = gateway.gateway(service, options.gateway_class_name)
-    if snapshot.gateway is None:
-        points.append(Point(None, desired_gateway))
-    else:
-        changed = gateway.merged(snapshot.gateway, desired_gateway)
-        if changed is not None:
-            points.append(Point(snapshot.gateway, changed))
+    points = _written(snapshot.gateway, gateway.gateway(service, options.gateway_class_name))
     if active is None:  # the route comes once a cluster serves (KubeRay's order)
         capacity = _serve_capacity(view) if target is not None else None
         first: dict[str, tuple[int | None, int | None, str | None]] = {}
@@ -1213,13 +1215,7 @@ def _incremental(
     backends = [gateway.Backend(name, _serve_port(by_name[name]), weights[name]) for name in order]
     unchanged = snapshot.route is not None and current == weights and stamp
     migrated = stamp if unchanged and stamp else clock.rfc3339(now)
-    desired_route = gateway.route(service, backends, migrated_at=migrated)
-    if snapshot.route is None:
-        points.append(Point(None, desired_route))
-    else:
-        changed = gateway.merged(snapshot.route, desired_route)
-        if changed is not None:
-            points.append(Point(snapshot.route, changed))
+    points += _written(snapshot.route, gateway.route(service, backends, migrated_at=migrated))
     reports: dict[str, tuple[int | None, int | None, str | None]] = {
         name: (
             capacities.get(name)

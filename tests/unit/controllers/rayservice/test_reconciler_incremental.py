@@ -197,13 +197,15 @@ async def test_an_incremental_upgrade_moves_capacity_then_traffic_and_writes_onc
     assert "pendingServiceStatus" not in svc["status"]
 
 
-async def test_a_restart_mid_upgrade_continues_from_the_objects(env: Env) -> None:
-    world = World(env)
+async def first_traffic_step(env: Env, world: World) -> tuple[str, str, dict[str, Any]]:
+    """A served RayService upgraded until the new cluster has some traffic: (old cluster,
+    new cluster, the original rayClusterConfig)."""
     await env.client.create(rayservice())
     await env.synced()
     await converge(env, world, 8)
     (old,) = await env.live_clusters()
     svc = await env.service()
+    original = copy.deepcopy(svc["spec"]["rayClusterConfig"])
     svc["spec"]["rayClusterConfig"]["rayVersion"] = "2.61.0"
     await env.client.update(svc)
     await env.synced()
@@ -213,6 +215,12 @@ async def test_a_restart_mid_upgrade_continues_from_the_objects(env: Env) -> Non
         if others and (await weights(env)).get(others.pop(), 0) > 0:
             break
     (new,) = set(await env.live_clusters()) - {old}
+    return old, new, original
+
+
+async def test_a_restart_mid_upgrade_continues_from_the_objects(env: Env) -> None:
+    world = World(env)
+    old, new, _ = await first_traffic_step(env, world)
     mid = await weights(env)
     assert 0 < mid[new] < 100
     # a new operator process: nothing in memory
@@ -235,21 +243,7 @@ async def test_a_restart_mid_upgrade_continues_from_the_objects(env: Env) -> Non
 
 async def test_a_reverted_spec_rolls_back_through_the_route(env: Env) -> None:
     world = World(env)
-    await env.client.create(rayservice())
-    await env.synced()
-    await converge(env, world, 8)
-    (old,) = await env.live_clusters()
-    svc = await env.service()
-    original = copy.deepcopy(svc["spec"]["rayClusterConfig"])
-    svc["spec"]["rayClusterConfig"]["rayVersion"] = "2.61.0"
-    await env.client.update(svc)
-    await env.synced()
-    for _ in range(30):
-        await converge(env, world, 1)
-        live = set(await env.live_clusters()) - {old}
-        if live and (await weights(env)).get(next(iter(live)), 0) > 0:
-            break
-    (new,) = set(await env.live_clusters()) - {old}
+    old, new, original = await first_traffic_step(env, world)
     assert (await weights(env))[new] > 0
     svc = await env.service()
     svc["spec"]["rayClusterConfig"] = original
