@@ -28,34 +28,22 @@ CRD_DIR="${XDG_CACHE_HOME:-${HOME}/.cache}/rayservice-operator/gateway-api/${GAT
 STAMP="${CRD_DIR}/.gateway-api-${GATEWAY_API_VERSION}"
 MODULE="sigs.k8s.io/gateway-api"
 
-log() { echo "[gateway-api] $*" >&2; }
-
-case "${1:-}" in
-  --print-dir) echo "${CRD_DIR}"; exit 0 ;;
-  -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
-  "") ;;
-  *) log "unknown argument: $1"; exit 2 ;;
-esac
+NAME="gateway-api"
+RESULT="${CRD_DIR}"
+PRINT_FLAG="--print-dir"
+HELP_LINES="2,23"
+# shellcheck source=../lib/installer.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/installer.sh"
+installer_args "$@"
 
 installed() { [[ -f "${STAMP}" ]] && compgen -G "${CRD_DIR}/*.yaml" >/dev/null; }
 
-if installed; then
-  echo "${CRD_DIR}"
-  exit 0
-fi
+done_if_installed
 
-command -v go >/dev/null 2>&1 || { log "ERROR: 'go' not found in PATH (needed to fetch ${MODULE})"; exit 1; }
+need_go
 
-mkdir -p "${CRD_DIR}"
-exec 9>"${CRD_DIR}/.install.lock"
-if ! flock -n 9; then
-  log "another install.sh is fetching the Gateway API CRDs ${GATEWAY_API_VERSION}; waiting ..."
-  flock 9
-fi
-if installed; then
-  echo "${CRD_DIR}"
-  exit 0
-fi
+lock_or_wait "${CRD_DIR}/.install.lock"
+done_if_installed
 
 start=$(date +%s)
 log "fetching ${MODULE}@${GATEWAY_API_VERSION} (standard channel CRDs) into ${CRD_DIR}"

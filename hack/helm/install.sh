@@ -21,34 +21,22 @@ BIN_DIR="${XDG_CACHE_HOME:-${HOME}/.cache}/rayservice-operator/helm/${HELM_VERSI
 HELM="${BIN_DIR}/helm"
 STAMP="${BIN_DIR}/.helm-${HELM_VERSION}"
 
-log() { echo "[helm] $*" >&2; }
-
-case "${1:-}" in
-  --print-bin) echo "${HELM}"; exit 0 ;;
-  -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
-  "") ;;
-  *) log "unknown argument: $1"; exit 2 ;;
-esac
+NAME="helm"
+RESULT="${HELM}"
+PRINT_FLAG="--print-bin"
+HELP_LINES="2,16"
+# shellcheck source=../lib/installer.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/installer.sh"
+installer_args "$@"
 
 installed() { [[ -f "${STAMP}" && -x "${HELM}" ]]; }
 
-if installed; then
-  echo "${HELM}"
-  exit 0
-fi
+done_if_installed
 
-command -v go >/dev/null 2>&1 || { log "ERROR: 'go' not found in PATH (needed to build helm)"; exit 1; }
+need_go
 
-mkdir -p "${BIN_DIR}"
-exec 9>"${BIN_DIR}/.install.lock"
-if ! flock -n 9; then
-  log "another install.sh is building helm ${HELM_VERSION}; waiting ..."
-  flock 9
-fi
-if installed; then
-  echo "${HELM}"
-  exit 0
-fi
+lock_or_wait "${BIN_DIR}/.install.lock"
+done_if_installed
 
 start=$(date +%s)
 log "building helm ${HELM_VERSION} into ${BIN_DIR} (go install from the module proxy)"

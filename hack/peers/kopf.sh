@@ -21,32 +21,20 @@ KOPF_VERSION="${KOPF_VERSION:-1.45.2}"
 VENV="${XDG_CACHE_HOME:-${HOME}/.cache}/rayservice-operator/peers/kopf/${KOPF_VERSION}/venv"
 STAMP="${VENV}/.kopf-${KOPF_VERSION}"
 
-log() { echo "[kopf] $*" >&2; }
-
-case "${1:-}" in
-  --print-venv) echo "${VENV}"; exit 0 ;;
-  -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
-  "") ;;
-  *) log "unknown argument: $1"; exit 2 ;;
-esac
+NAME="kopf"
+RESULT="${VENV}"
+PRINT_FLAG="--print-venv"
+HELP_LINES="2,18"
+# shellcheck source=../lib/installer.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/installer.sh"
+installer_args "$@"
 
 installed() { [[ -f "${STAMP}" && -x "${VENV}/bin/kopf" ]]; }
 
-if installed; then
-  echo "${VENV}"
-  exit 0
-fi
+done_if_installed
 
-mkdir -p "$(dirname "${VENV}")"
-exec 9>"${VENV}.lock"
-if ! flock -n 9; then
-  log "another kopf.sh is installing ${KOPF_VERSION}; waiting ..."
-  flock 9
-fi
-if installed; then
-  echo "${VENV}"
-  exit 0
-fi
+lock_or_wait "${VENV}.lock"
+done_if_installed
 
 start=$(date +%s)
 log "installing kopf[full-auth]==${KOPF_VERSION} into ${VENV}"

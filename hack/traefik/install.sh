@@ -26,34 +26,22 @@ TRAEFIK="${BIN_DIR}/traefik"
 STAMP="${BIN_DIR}/.traefik-${TRAEFIK_VERSION}"
 MODULE="github.com/traefik/traefik/v3"
 
-log() { echo "[traefik] $*" >&2; }
-
-case "${1:-}" in
-  --print-bin) echo "${TRAEFIK}"; exit 0 ;;
-  -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
-  "") ;;
-  *) log "unknown argument: $1"; exit 2 ;;
-esac
+NAME="traefik"
+RESULT="${TRAEFIK}"
+PRINT_FLAG="--print-bin"
+HELP_LINES="2,20"
+# shellcheck source=../lib/installer.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/installer.sh"
+installer_args "$@"
 
 installed() { [[ -f "${STAMP}" && -x "${TRAEFIK}" ]]; }
 
-if installed; then
-  echo "${TRAEFIK}"
-  exit 0
-fi
+done_if_installed
 
-command -v go >/dev/null 2>&1 || { log "ERROR: 'go' not found in PATH (needed to build traefik)"; exit 1; }
+need_go
 
-mkdir -p "${BIN_DIR}"
-exec 9>"${BIN_DIR}/.install.lock"
-if ! flock -n 9; then
-  log "another install.sh is building traefik ${TRAEFIK_VERSION}; waiting ..."
-  flock 9
-fi
-if installed; then
-  echo "${TRAEFIK}"
-  exit 0
-fi
+lock_or_wait "${BIN_DIR}/.install.lock"
+done_if_installed
 
 start=$(date +%s)
 log "building traefik ${TRAEFIK_VERSION} into ${BIN_DIR} (go build from the module proxy)"
