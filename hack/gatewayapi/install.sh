@@ -28,13 +28,9 @@ CRD_DIR="${XDG_CACHE_HOME:-${HOME}/.cache}/rayservice-operator/gateway-api/${GAT
 STAMP="${CRD_DIR}/.gateway-api-${GATEWAY_API_VERSION}"
 MODULE="sigs.k8s.io/gateway-api"
 
-NAME="gateway-api"
-RESULT="${CRD_DIR}"
-PRINT_FLAG="--print-dir"
-HELP_LINES="2,23"
 # shellcheck source=../lib/installer.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/installer.sh"
-installer_args "$@"
+installer gateway-api "${CRD_DIR}" --print-dir 2,23 "$@"
 
 installed() { [[ -f "${STAMP}" ]] && compgen -G "${CRD_DIR}/*.yaml" >/dev/null; }
 

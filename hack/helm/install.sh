@@ -21,13 +21,9 @@ BIN_DIR="${XDG_CACHE_HOME:-${HOME}/.cache}/rayservice-operator/helm/${HELM_VERSI
 HELM="${BIN_DIR}/helm"
 STAMP="${BIN_DIR}/.helm-${HELM_VERSION}"
 
-NAME="helm"
-RESULT="${HELM}"
-PRINT_FLAG="--print-bin"
-HELP_LINES="2,16"
 # shellcheck source=../lib/installer.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/installer.sh"
-installer_args "$@"
+installer helm "${HELM}" --print-bin 2,16 "$@"
 
 installed() { [[ -f "${STAMP}" && -x "${HELM}" ]]; }
 

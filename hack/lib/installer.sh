@@ -1,13 +1,13 @@
 # Shared by the cached installers under hack/ (helm, Traefik, the Gateway API CRDs, Kopf):
 # their command line, the "already installed" check and the one-installer-at-a-time lock.
-# Source it after setting:
-#   NAME        the log prefix ("[NAME] ...", on stderr)
-#   RESULT      what the installer makes (a binary, a directory): the last line on stdout
-#   PRINT_FLAG  the flag that prints RESULT and exits (--print-bin, --print-dir, ...)
-#   HELP_LINES  the range of the script's header printed by -h/--help ("2,20")
-# and defining `installed` (true once RESULT is complete: its stamp file, written last,
-# exists). Then, in order:
-#   installer_args "$@"     # the flag, -h/--help, or nothing; anything else exits 2
+# Source it, then, in order:
+#   installer NAME RESULT PRINT_FLAG HELP_LINES "$@"
+#       NAME: the log prefix ("[NAME] ...", on stderr); RESULT: what the installer makes
+#       (a binary, a directory), the last line on stdout; PRINT_FLAG: the flag that prints
+#       RESULT and exits (--print-bin, ...); HELP_LINES: the range of the script's header
+#       -h/--help prints ("2,20"); then the script's own arguments: the flag, -h/--help, or
+#       nothing (anything else exits 2)
+#   installed() { ...; }    # true once RESULT is complete (its stamp, written last, exists)
 #   done_if_installed       # prints RESULT and exits 0 when it is there
 #   lock_or_wait LOCKFILE   # one installer per version: a second waits for the first ...
 #   done_if_installed       # ... then finds its stamp
@@ -15,7 +15,9 @@
 
 log() { echo "[${NAME}] $*" >&2; }
 
-installer_args() {
+installer() {
+  NAME="$1" RESULT="$2" PRINT_FLAG="$3" HELP_LINES="$4"
+  shift 4
   case "${1:-}" in
     "${PRINT_FLAG}") echo "${RESULT}"; exit 0 ;;
     -h|--help) sed -n "${HELP_LINES}p" "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;

@@ -21,13 +21,9 @@ KOPF_VERSION="${KOPF_VERSION:-1.45.2}"
 VENV="${XDG_CACHE_HOME:-${HOME}/.cache}/rayservice-operator/peers/kopf/${KOPF_VERSION}/venv"
 STAMP="${VENV}/.kopf-${KOPF_VERSION}"
 
-NAME="kopf"
-RESULT="${VENV}"
-PRINT_FLAG="--print-venv"
-HELP_LINES="2,18"
 # shellcheck source=../lib/installer.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/installer.sh"
-installer_args "$@"
+installer kopf "${VENV}" --print-venv 2,18 "$@"
 
 installed() { [[ -f "${STAMP}" && -x "${VENV}/bin/kopf" ]]; }
 

@@ -26,13 +26,9 @@ TRAEFIK="${BIN_DIR}/traefik"
 STAMP="${BIN_DIR}/.traefik-${TRAEFIK_VERSION}"
 MODULE="github.com/traefik/traefik/v3"
 
-NAME="traefik"
-RESULT="${TRAEFIK}"
-PRINT_FLAG="--print-bin"
-HELP_LINES="2,20"
 # shellcheck source=../lib/installer.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/installer.sh"
-installer_args "$@"
+installer traefik "${TRAEFIK}" --print-bin 2,20 "$@"
 
 installed() { [[ -f "${STAMP}" && -x "${TRAEFIK}" ]]; }
 
