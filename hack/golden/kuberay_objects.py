@@ -824,8 +824,8 @@ def record(
                             )
                 if sim is not None:
                     asked: collections.Counter[str] = collections.Counter()
-                    for (_, port, method, path), n in sim.requests().items():
-                        asked[f"{port} {method} {path}"] += n
+                    for (_, port, method, url), n in sim.requests().items():
+                        asked[f"{port} {method} {url}"] += n
                     log(f"the simulated heads were asked: {dict(sorted(asked.items()))}")
         except BaseException:
             for name in ("kuberay.log", "raysim.log"):
