@@ -21,9 +21,12 @@ Then:
 1. starts a control plane with :mod:`runtime.testing.controlplane` (kube-controller-manager,
    kube-scheduler, kwok, two fake nodes) with kube-apiserver's **audit log** on: level
    ``Request`` for ``create`` of pods, services, serviceaccounts, secrets, roles,
-   rolebindings and rayclusters, nothing else;
+   rolebindings, rayclusters, and the Gateway API's gateways and httproutes, nothing else;
 2. installs every CRD of KubeRay's CRD directory (RayCluster, RayJob, RayService, and
-   RayCronJob from v1.6);
+   RayCronJob from v1.6), then the Gateway API's (standard channel, from
+   ``hack/gatewayapi/install.sh``; KubeRay reads Gateways and HTTPRoutes through its cache,
+   so they must be served before it starts; no gateway controller runs: KubeRay creates
+   them all the same);
 3. runs the KubeRay binary as a subprocess (admin kubeconfig, no leader election, metrics and
    health probes on loopback, ``--use-kubernetes-proxy``, ``CLUSTER_DOMAIN=cluster.local``, a
    minimal environment);
@@ -40,6 +43,17 @@ Then:
 5. checks, once every sample is done, that KubeRay created nothing more in any of the
    namespaces meanwhile, stops KubeRay and the control plane, and writes one file per sample.
 
+The samples of :data:`SERVED_SAMPLES` get steps 1-5 in a second, separate control plane
+with the pod network and the Ray simulator (:mod:`tests.support.raysim`), so that their
+head answers like a Ray head and KubeRay goes on after the pods: it deploys Serve through
+the API server's service proxy, promotes the cluster once Serve is running and creates
+what a serving RayService has (for ``NewClusterWithIncrementalUpgrade``: the per-cluster
+serve Service, the Gateway and, once the cluster is active, the HTTPRoute). For such a
+sample step 4 also waits - bounded - until the RayService is ``Ready`` and (incremental
+upgrade) its HTTPRoute is created, and step 5 waits :data:`SETTLE_SECONDS` first. The
+other samples never serve (nothing answers at their heads), which is what their
+recordings show.
+
 Output: ``tests/unit/testdata/kuberay-<version>/<sample file name without .yaml>.json`` (or
 ``--out DIR``), JSON with ``indent=1``, sorted keys and a trailing newline::
 
@@ -50,26 +64,34 @@ Output: ``tests/unit/testdata/kuberay-<version>/<sample file name without .yaml>
                                               # generation and status
      "created": {"pods": [...], "services": [...], "serviceaccounts": [...],
                  "roles": [...], "rolebindings": [...], "secrets": [...]}}
+                                              # and, for a RayService upgraded with
+                                              # NewClusterWithIncrementalUpgrade,
+                                              # "gateways": [...], "httproutes": [...]
 
 Each created object is the audit log's ``requestObject``: what the API server decoded from
 KubeRay's request - its body with the API's *scheme defaults* applied (the apiserver defaults
 while decoding, before audit logging; e.g. ``terminationMessagePath``, ``imagePullPolicy``,
 ``restartPolicy``, ``dnsPolicy``, port ``protocol``), but before admission. Values that change
 from run to run are made stable and nothing else is changed: every ``ownerReferences[].uid``,
-and the RayCluster's uid wherever it appears (GCS fault tolerance's default external storage
-namespace), is ``"<uid>"``; the random five-character suffix KubeRay gives a RayService's
-RayCluster name is ``xxxxx`` everywhere it appears; a multi-host replica's random name
-(``<group>-<5 characters>``) is ``<group>-xxxx<replica index>``; every value of a created
-Secret's data (the auth token) is ``"<random>"``; and the default ports KubeRay appends to a
-*custom* head service (``headGroupSpec.headService``), in Go map order that changes from run
-to run, are sorted by name after the user's own ports. Pods are sorted head first, then workers by
-group, then by name or generateName; other lists by name. Two runs give identical bytes.
+and the RayCluster's (and a RayService's) uid wherever it appears (GCS fault tolerance's
+default external storage namespace), is ``"<uid>"``; the random five-character suffix KubeRay
+gives a RayService's RayCluster name is ``xxxxx`` everywhere it appears; a multi-host replica's
+random name (``<group>-<5 characters>``) is ``<group>-xxxx<replica index>``; every value of a
+created Secret's data (the auth token) is ``"<random>"``; and the default ports KubeRay appends
+to a *custom* head service (``headGroupSpec.headService``), in Go map order that changes from
+run to run, are sorted by name after the user's own ports. Pods are sorted head first, then
+workers by group, then by name or generateName; other lists by name (with the placeholders
+in). Two runs give identical bytes.
 
-Network safety: everything listens on and connects to ``127.0.0.1``. There is no pod network
-here and this machine routes the pod CIDR (``198.18.0.0/16``) to its default gateway, so the
-API server's ``cluster`` egress (its pod, service and node proxy connections - what KubeRay's
-``--use-kubernetes-proxy`` mode uses to reach the Ray dashboard of a RayService) goes through an
-HTTP CONNECT "proxy" of ours on a Unix socket that refuses every request and counts them.
+Network safety: everything listens on and connects to ``127.0.0.1``. In the first control
+plane there is no pod network and this machine routes the pod CIDR (``198.18.0.0/16``) to its
+default gateway, so the API server's ``cluster`` egress (its pod, service and node proxy
+connections - what KubeRay's ``--use-kubernetes-proxy`` mode uses to reach the Ray dashboard of
+a RayService) goes through an HTTP CONNECT "proxy" of ours on a Unix socket that refuses every
+request and counts them. The second one (:data:`SERVED_SAMPLES`) has the harness's pod
+network: the pod CIDR routes into its network namespace, where the simulator answers at the
+head pods' IPs, and the API server's proxy connections go there directly (the simulator
+refuses to start unless the route is in place); nothing else is dialled.
 """
 
 from __future__ import annotations
@@ -98,11 +120,14 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from runtime.testing import controlplane  # noqa: E402
+from tests.support import raysim  # noqa: E402
 
 __all__ = [
     "CREATED_KINDS",
+    "GATEWAY_KINDS",
     "KUBERAY_VERSION",
     "SAMPLES",
+    "SERVED_SAMPLES",
     "Sample",
     "expected_worker_pods",
     "main",
@@ -117,6 +142,13 @@ KUBERAY_VERSION = "v1.7.0"
 CREATED_KINDS = ("pods", "services", "serviceaccounts", "roles", "rolebindings", "secrets")
 """The keys of ``created``: the resources whose creates are recorded."""
 
+GATEWAY_KINDS = ("gateways", "httproutes")
+"""The Gateway API's resources (``gateway.networking.k8s.io``) whose creates are recorded:
+more keys of ``created`` for a RayService upgraded with ``NewClusterWithIncrementalUpgrade``
+(:attr:`Sample.incremental`), and only for it, so the other files keep their keys."""
+
+INCREMENTAL_UPGRADE = "NewClusterWithIncrementalUpgrade"
+
 TESTDATA = ROOT / "tests" / "unit" / "testdata"
 """Where ``kuberay-<version>/`` goes by default (``--out``)."""
 
@@ -129,7 +161,15 @@ USER_AGENT_PREFIX = "kuberay-operator/"
 """KubeRay sets its client's user agent to ``kuberay-operator/<version>``."""
 
 WAIT_SECONDS = 90.0
-"""Bound on waiting for KubeRay to create a sample's pods (all samples run at once)."""
+"""Bound on waiting for KubeRay to create a sample's pods (all samples run at once), and
+for a served sample on waiting until it is Ready with its HTTPRoute."""
+
+SETTLE_SECONDS = 10.0
+"""How long a served sample's KubeRay goes on reconciling before the check that it created
+nothing more (its RayService controller requeues every 2 s)."""
+
+SIMULATOR_DEPLOY_DELAY = 1.0
+"""The Ray simulator's seconds from a Serve PUT to ``RUNNING`` (served samples)."""
 
 T = TypeVar("T")
 
@@ -137,10 +177,12 @@ T = TypeVar("T")
 class Sample:
     """One sample: where it comes from and what it contains."""
 
-    def __init__(self, source: str, path: pathlib.Path) -> None:
+    def __init__(self, source: str, path: pathlib.Path, *, served: bool = False) -> None:
         self.source = source
         """The path recorded in the output (relative to KubeRay's module or to this repo)."""
         self.path = path
+        self.served = served
+        """Recorded with the Ray simulator answering at its head (:data:`SERVED_SAMPLES`)."""
         self.stem = path.name.removesuffix(".yaml")
         self.namespace = "".join(c if c.isalnum() else "-" for c in self.stem.lower())
         self.docs: list[dict[str, Any]] = [
@@ -149,6 +191,18 @@ class Sample:
         (self.ray_object,) = [d for d in self.docs if d.get("apiVersion") == "ray.io/v1"]
         self.kind = str(self.ray_object["kind"])
         self.name = str(self.ray_object["metadata"]["name"])
+
+    @property
+    def incremental(self) -> bool:
+        """A RayService upgraded with ``NewClusterWithIncrementalUpgrade``: KubeRay creates a
+        Gateway and an HTTPRoute for it (``created`` has :data:`GATEWAY_KINDS`)."""
+        strategy = (self.ray_object.get("spec") or {}).get("upgradeStrategy") or {}
+        return self.kind == "RayService" and strategy.get("type") == INCREMENTAL_UPGRADE
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The keys of this sample's ``created``."""
+        return CREATED_KINDS + GATEWAY_KINDS if self.incremental else CREATED_KINDS
 
 
 _SAMPLES_V1_5 = (
@@ -176,6 +230,17 @@ SAMPLES: dict[str, tuple[str, ...]] = {
 }
 """Per KubeRay version, the file names under ``config/samples/`` of its module (its
 samples at that tag) that are recorded; an unknown version gets the newest list."""
+
+SERVED_SAMPLES: dict[str, tuple[str, ...]] = {
+    "v1.5.0": (),
+    "v1.7.0": (
+        # NewClusterWithIncrementalUpgrade: the per-cluster serve Service and the Gateway
+        # come with the cluster, the HTTPRoute once it serves and is promoted.
+        "ray-service.incremental-upgrade.yaml",
+    ),
+}
+"""Per KubeRay version, more of its samples, recorded in a second control plane where the
+Ray simulator answers at their heads (an unknown version gets the newest list)."""
 
 OWN_SAMPLES: dict[str, tuple[str, ...]] = {
     "v1.5.0": ("config/samples/ray_v1_raycluster.yaml",),
@@ -365,6 +430,7 @@ AUDIT_POLICY = {
                 {"group": "", "resources": ["pods", "services", "serviceaccounts", "secrets"]},
                 {"group": "rbac.authorization.k8s.io", "resources": ["roles", "rolebindings"]},
                 {"group": "ray.io", "resources": ["rayclusters"]},
+                {"group": "gateway.networking.k8s.io", "resources": list(GATEWAY_KINDS)},
             ],
         },
         {"level": "None"},
@@ -515,8 +581,12 @@ class Peer:
 def load_samples(peer: Peer) -> list[Sample]:
     names = SAMPLES.get(peer.version) or SAMPLES[max(SAMPLES, key=version_key)]
     own = OWN_SAMPLES.get(peer.version) or OWN_SAMPLES[max(OWN_SAMPLES, key=version_key)]
+    served = SERVED_SAMPLES.get(peer.version)
+    if served is None:
+        served = SERVED_SAMPLES[max(SERVED_SAMPLES, key=version_key)]
     samples = [Sample(f"config/samples/{n}", peer.samples / n) for n in names]
     samples += [Sample(path, ROOT / path) for path in own]
+    samples += [Sample(f"config/samples/{n}", peer.samples / n, served=True) for n in served]
     return samples
 
 
@@ -597,10 +667,26 @@ def redact_secret(secret: dict[str, Any]) -> None:
             secret[key] = dict.fromkeys(secret[key], SECRET_PLACEHOLDER)
 
 
+def served(cp: controlplane.ControlPlane, audit_log: pathlib.Path, sample: Sample) -> bool:
+    """The RayService is ``Ready`` and, with an incremental upgrade, KubeRay has created its
+    HTTPRoute (it does once the cluster is active: the pass after the promotion)."""
+    base = f"/apis/ray.io/v1/namespaces/{sample.namespace}/rayservices/{sample.name}"
+    conditions = (cp.request("GET", base).get("status") or {}).get("conditions") or []
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return False
+    if not sample.incremental:
+        return True
+    return any(
+        e["objectRef"]["resource"] == "httproutes" and succeeded(e)
+        for e in in_namespace(kuberay_creates(audit_log), sample.namespace)
+    )
+
+
 def collect(
     cp: controlplane.ControlPlane, audit_log: pathlib.Path, sample: Sample, version: str
 ) -> tuple[dict[str, Any], int]:
-    """Wait for a sample's pods, then its output document and how many creates KubeRay made."""
+    """Wait for a sample's pods (and a served one's Ready), then its output document and how
+    many creates KubeRay made."""
     cluster = wait_for(
         f"the RayCluster of {sample.source}", lambda: the_raycluster(cp, sample), WAIT_SECONDS
     )
@@ -615,6 +701,12 @@ def collect(
         return events if len(pods) == want else None
 
     events = wait_for(f"{want} pods of {sample.source}", pods_created, WAIT_SECONDS)
+    if sample.served:
+        what = "Ready with its HTTPRoute" if sample.incremental else "Ready"
+        wait_for(f"{sample.source} {what}", lambda: served(cp, audit_log, sample), WAIT_SECONDS)
+        events = pods_created() or []
+        if not events:
+            raise RuntimeError(f"{sample.source}: KubeRay created fewer than {want} pods")
     failed = [e for e in in_namespace(kuberay_creates(audit_log), sample.namespace)
               if not succeeded(e)]  # fmt: skip
     for event in failed:
@@ -622,7 +714,7 @@ def collect(
         log(f"{sample.source}: a create of {ref['resource']} {ref.get('name', '')} failed: "
             f"{event.get('responseStatus')}")  # fmt: skip
     cluster = the_raycluster(cp, sample) or cluster  # re-read: what the pods were built from
-    created: dict[str, list[Any]] = {kind: [] for kind in CREATED_KINDS}
+    created: dict[str, list[Any]] = {kind: [] for kind in sample.kinds}
     unexpected: collections.Counter[str] = collections.Counter()
     for event in events:
         resource = event["objectRef"]["resource"]
@@ -636,6 +728,8 @@ def collect(
     if sample.kind == "RayService":
         name = cluster["metadata"]["name"]
         renames[name] = f"{name[: -len(RANDOM_SUFFIX_PLACEHOLDER)]}{RANDOM_SUFFIX_PLACEHOLDER}"
+        path = f"/apis/ray.io/v1/namespaces/{sample.namespace}/rayservices/{sample.name}"
+        renames[cp.request("GET", path)["metadata"]["uid"]] = UID_PLACEHOLDER
     renames.update(replica_renames(created["pods"]))
     custom = cluster["spec"]["headGroupSpec"].get("headService")
     if custom:
@@ -643,14 +737,16 @@ def collect(
             sort_appended_ports(service, len(custom.get("spec", {}).get("ports") or []))
     for secret in created["secrets"]:
         redact_secret(secret)
+    created = normalise(created, renames)
+    # Sorted once the random names are placeholders: their order is then the same every run.
     created["pods"].sort(key=pod_sort_key)
-    for kind in CREATED_KINDS[1:]:
+    for kind in sample.kinds[1:]:
         created[kind].sort(key=name_sort_key)
     document = {
         "source": sample.source,
         "kuberay_version": version,
         "raycluster": normalise(stored_raycluster(cluster), renames),
-        "created": normalise(created, renames),
+        "created": created,
     }
     return document, len(events)
 
@@ -660,39 +756,64 @@ def creates_in(audit_log: pathlib.Path, namespace: str) -> int:
     return sum(1 for e in in_namespace(kuberay_creates(audit_log), namespace) if succeeded(e))
 
 
-def run(peer: Peer, out_dir: pathlib.Path) -> None:
-    bin_dir = pathlib.Path(last_line([str(ROOT / "hack/controlplane/build.sh")]))
-    kuberay, crd_dir = str(peer.binary), peer.crds
-    samples = load_samples(peer)
+def record(
+    peer: Peer,
+    bin_dir: pathlib.Path,
+    gateway_crds: pathlib.Path,
+    samples: Sequence[Sample],
+    *,
+    served: bool,
+) -> list[dict[str, Any]]:
+    """One control plane and KubeRay for ``samples``: their documents, in order.
+
+    ``served``: with the pod network and the Ray simulator (no egress guard: the pod CIDR
+    routes into the pod network); else with the refusing egress proxy and no pod network.
+    """
     started = time.monotonic()
+    which = "served samples" if served else "samples"
     with tempfile.TemporaryDirectory(prefix="kuberay-golden-") as tmp:
         work = pathlib.Path(tmp)
         audit_log = work / "audit.log"
         (work / "audit-policy.json").write_text(json.dumps(AUDIT_POLICY))
-        guard = RefusingConnectProxy(work / "egress.sock")
-        (work / "egress.json").write_text(json.dumps(egress_config(guard.path)))
+        flags = [
+            f"--audit-policy-file={work / 'audit-policy.json'}",
+            f"--audit-log-path={audit_log}",
+            "--audit-log-mode=blocking",
+        ]
+        guard = None
+        if not served:
+            guard = RefusingConnectProxy(work / "egress.sock")
+            (work / "egress.json").write_text(json.dumps(egress_config(guard.path)))
+            flags.append(f"--egress-selector-config-file={work / 'egress.json'}")
         options = controlplane.Options(
             bin_dir=bin_dir, controller_manager=True, scheduler=True, kwok=True, nodes=2,
-            extra_apiserver_flags=[
-                f"--audit-policy-file={work / 'audit-policy.json'}",
-                f"--audit-log-path={audit_log}",
-                "--audit-log-mode=blocking",
-                f"--egress-selector-config-file={work / 'egress.json'}",
-            ],
+            pod_network=served, extra_apiserver_flags=flags,
         )  # fmt: skip
         results: list[tuple[dict[str, Any], int]] = []
+        sim: raysim.Simulator | None = None
         try:
-            with controlplane.running(options) as cp:
+            with contextlib.ExitStack() as stack:
+                cp = stack.enter_context(controlplane.running(options))
                 assert cp.kubeconfig is not None
-                cp.install_crds(crd_dir)
-                log(f"control plane up, KubeRay CRDs installed ({time.monotonic() - started:.0f}s)")
-                with kuberay_running(kuberay, cp.kubeconfig, work / "kuberay.log"):
-                    log(f"KubeRay {peer.version} running ({time.monotonic() - started:.0f}s)")
+                if served:
+                    simulator = raysim.running(
+                        cp, deploy_delay=SIMULATOR_DEPLOY_DELAY, log_path=work / "raysim.log"
+                    )
+                    sim = stack.enter_context(simulator)
+                cp.install_crds(peer.crds)
+                cp.install_crds(gateway_crds)
+                log(f"{which}: control plane up, KubeRay and Gateway API CRDs installed "
+                    f"({time.monotonic() - started:.0f}s)")  # fmt: skip
+                with kuberay_running(str(peer.binary), cp.kubeconfig, work / "kuberay.log"):
+                    log(f"{which}: KubeRay {peer.version} running "
+                        f"({time.monotonic() - started:.0f}s)")  # fmt: skip
                     for sample in samples:
                         apply(cp, sample)
                     for sample in samples:
                         results.append(collect(cp, audit_log, sample, peer.version))
                         log(f"{sample.source}: {results[-1][1]} creates")
+                    if served:
+                        time.sleep(SETTLE_SECONDS)
                     # Whatever KubeRay did since, it must not have created anything more.
                     for sample, (_, count) in zip(samples, results, strict=True):
                         later = creates_in(audit_log, sample.namespace)
@@ -701,20 +822,42 @@ def run(peer: Peer, out_dir: pathlib.Path) -> None:
                                 f"{sample.source}: KubeRay went on creating "
                                 f"({count} -> {later} creates)"
                             )
+                if sim is not None:
+                    asked: collections.Counter[str] = collections.Counter()
+                    for (_, port, method, url), n in sim.requests().items():
+                        asked[f"{port} {method} {url}"] += n
+                    log(f"the simulated heads were asked: {dict(sorted(asked.items()))}")
         except BaseException:
-            kuberay_log = work / "kuberay.log"
-            if kuberay_log.exists():
-                tail = kuberay_log.read_text(errors="replace").splitlines()[-30:]
-                log("last lines of the KubeRay log:\n" + "\n".join(tail))
+            for name in ("kuberay.log", "raysim.log"):
+                path = work / name
+                if path.exists():
+                    tail = path.read_text(errors="replace").splitlines()[-30:]
+                    log(f"last lines of {name}:\n" + "\n".join(tail))
             raise
         finally:
-            guard.close()
-        log(f"API server egress attempts refused: {sum(guard.targets.values())} "
-            f"{dict(sorted(guard.targets.items()))}")  # fmt: skip
+            if guard is not None:
+                guard.close()
+        if guard is not None:
+            log(f"API server egress attempts refused: {sum(guard.targets.values())} "
+                f"{dict(sorted(guard.targets.items()))}")  # fmt: skip
+    return [document for document, _ in results]
+
+
+def run(peer: Peer, out_dir: pathlib.Path) -> None:
+    bin_dir = pathlib.Path(last_line([str(ROOT / "hack/controlplane/build.sh")]))
+    gateway_crds = pathlib.Path(last_line([str(ROOT / "hack/gatewayapi/install.sh")]))
+    samples = load_samples(peer)
+    started = time.monotonic()
+    documents: dict[str, dict[str, Any]] = {}
+    for served in (False, True):
+        batch = [s for s in samples if s.served is served]
+        if batch:
+            done = record(peer, bin_dir, gateway_crds, batch, served=served)
+            documents.update(zip((s.stem for s in batch), done, strict=True))
     out_dir.mkdir(parents=True, exist_ok=True)
-    for sample, (document, _) in zip(samples, results, strict=True):
-        (out_dir / f"{sample.stem}.json").write_text(render(document))
-    log(f"wrote {len(results)} files to {out_dir} in {time.monotonic() - started:.0f}s")
+    for sample in samples:
+        (out_dir / f"{sample.stem}.json").write_text(render(documents[sample.stem]))
+    log(f"wrote {len(documents)} files to {out_dir} in {time.monotonic() - started:.0f}s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

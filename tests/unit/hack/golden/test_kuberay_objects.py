@@ -4,7 +4,8 @@ Those files are written by ``hack/golden/kuberay_objects.py`` from KubeRay itsel
 builders compare against them. This module checks only that the data is what that script
 promises: one canonical JSON file per sample, the agreed keys, a RayCluster as stored without
 server bookkeeping, and created objects that belong to it (namespace, owner, labels, counts),
-with nothing volatile (uids, random names, generated tokens) left in.
+with nothing volatile (uids, random names, generated tokens) left in. The incremental-upgrade
+sample, recorded with its head served, also holds the Gateway and the HTTPRoute.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ SAMPLES = {
     "ray-cluster.tpu-v4-multihost": "config/samples/ray-cluster.tpu-v4-multihost.yaml",
     "ray-cluster.custom-head-service": "config/samples/ray-cluster.custom-head-service.yaml",
     "ray-service.sample": "config/samples/ray-service.sample.yaml",
+    "ray-service.incremental-upgrade": "config/samples/ray-service.incremental-upgrade.yaml",
     "ray-cluster.external-redis": "config/samples/ray-cluster.external-redis.yaml",
     "ray-cluster.deprecate-gcs-ft": "config/samples/ray-cluster.deprecate-gcs-ft.yaml",
     "ray-cluster.auth": "config/samples/ray-cluster.auth.yaml",
@@ -39,6 +41,9 @@ SAMPLES = {
 """File stem -> the ``source`` it records."""
 
 CREATED_KINDS = {"pods", "services", "serviceaccounts", "roles", "rolebindings", "secrets"}
+GATEWAY_KINDS = {"gateways", "httproutes"}
+INCREMENTAL = "ray-service.incremental-upgrade"
+"""The one sample recorded with its head served (a RayService with an incremental upgrade)."""
 SERVER_FIELDS = {"managedFields", "uid", "resourceVersion", "creationTimestamp", "generation"}
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -72,7 +77,8 @@ def test_file_is_canonical_json_with_the_agreed_keys(stem: str) -> None:
     assert set(document) == {"source", "kuberay_version", "raycluster", "created"}
     assert document["source"] == SAMPLES[stem]
     assert document["kuberay_version"] == VERSION
-    assert set(document["created"]) == CREATED_KINDS
+    kinds = CREATED_KINDS | GATEWAY_KINDS if stem == INCREMENTAL else CREATED_KINDS
+    assert set(document["created"]) == kinds
     assert all(isinstance(v, list) for v in document["created"].values())
     assert UUID.search(text) is None, "a uid was left in"
 
@@ -90,15 +96,24 @@ def test_raycluster_is_as_stored_without_server_fields(stem: str) -> None:
 
 @pytest.mark.parametrize("stem", sorted(SAMPLES))
 def test_created_objects_belong_to_the_raycluster(stem: str) -> None:
+    """Each is controlled by the RayCluster, except a served RayService's own objects (its
+    head Service, Gateway and HTTPRoute), controlled by the RayService."""
     document = load(stem)
     name = document["raycluster"]["metadata"]["name"]
     namespace = document["raycluster"]["metadata"]["namespace"]
+    [service] = document["raycluster"]["metadata"].get("ownerReferences") or [{"name": None}]
+    rayservice = service["name"]
     for kind, objects in document["created"].items():
         for obj in objects:
             meta = obj["metadata"]
             assert meta["namespace"] == namespace, (kind, meta)
             [owner] = meta["ownerReferences"]
-            assert (owner["kind"], owner["name"], owner["uid"]) == ("RayCluster", name, "<uid>")
+            own = {f"{rayservice}-head-svc", f"{rayservice}-gateway", f"{rayservice}-httproute"}
+            if stem == INCREMENTAL and meta.get("name") in own:
+                assert (owner["kind"], owner["name"]) == ("RayService", rayservice)
+            else:
+                assert (owner["kind"], owner["name"]) == ("RayCluster", name)
+            assert owner["uid"] == "<uid>"
             assert owner["controller"] is True
             assert not {"uid", "resourceVersion", "creationTimestamp"} & set(meta)
 
@@ -152,6 +167,33 @@ def test_rayservice_cluster_name_has_its_random_suffix_replaced() -> None:
         "rayservice-sample",
         "<uid>",
     )
+
+
+def test_the_served_incremental_sample_has_its_gateway_route_and_serve_services() -> None:
+    """KubeRay served it (the simulator answered at its head) and promoted its cluster: the
+    head Service of the RayService, the Gateway and the HTTPRoute to the one cluster's own
+    serve Service; no ``<rayservice>-serve-svc`` (with an incremental upgrade KubeRay's
+    RayService serve Service is the per-cluster one)."""
+    document = load(INCREMENTAL)
+    cluster = document["raycluster"]["metadata"]["name"]
+    assert cluster == "rayservice-incremental-upgrade-xxxxx"
+    created = document["created"]
+    assert [s["metadata"]["name"] for s in created["services"]] == [
+        "rayservice-incremental-upgrade-head-svc",
+        f"{cluster}-head-svc",
+        f"{cluster}-serve-svc",
+    ]
+    [gateway] = created["gateways"]
+    [route] = created["httproutes"]
+    assert gateway["metadata"]["name"] == "rayservice-incremental-upgrade-gateway"
+    assert route["metadata"]["name"] == "rayservice-incremental-upgrade-httproute"
+    [rule] = route["spec"]["rules"]
+    assert [(b["name"], b["weight"]) for b in rule["backendRefs"]] == [
+        (f"{cluster}-serve-svc", 100)
+    ]
+    for stem in SAMPLES:
+        if stem != INCREMENTAL:
+            assert not GATEWAY_KINDS & set(load(stem)["created"]), stem
 
 
 def test_generated_secrets_are_redacted() -> None:
@@ -228,4 +270,32 @@ def test_recorder_sample_lists_per_version() -> None:
     assert set(module.SAMPLES["v1.5.0"]) < set(module.SAMPLES["v1.7.0"])
     recorded = {f"config/samples/{n}" for n in module.SAMPLES["v1.7.0"]}
     recorded |= set(module.OWN_SAMPLES["v1.7.0"])
-    assert recorded == set(SAMPLES.values())
+    served = {f"config/samples/{n}" for n in module.SERVED_SAMPLES["v1.7.0"]}
+    assert served == {SAMPLES[INCREMENTAL]}
+    assert not recorded & served
+    assert recorded | served == set(SAMPLES.values())
+    assert set(module.GATEWAY_KINDS) == GATEWAY_KINDS
+    assert set(module.CREATED_KINDS) == CREATED_KINDS
+
+
+def test_recorder_audits_the_gateway_api_creates() -> None:
+    module = recorder()
+    [rule, _] = module.AUDIT_POLICY["rules"]
+    groups = {r["group"]: set(r["resources"]) for r in rule["resources"]}
+    assert groups["gateway.networking.k8s.io"] == GATEWAY_KINDS
+    assert groups[""] == {"pods", "services", "serviceaccounts", "secrets"}
+
+
+def test_recorder_gives_gateway_kinds_to_an_incremental_rayservice_only(tmp_path: Any) -> None:
+    module = recorder()
+    body = {"apiVersion": "ray.io/v1", "metadata": {"name": "s"}, "spec": {}}
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(json.dumps({**body, "kind": "RayService"}))
+    incremental = tmp_path / "incremental.yaml"
+    spec = {"upgradeStrategy": {"type": "NewClusterWithIncrementalUpgrade"}}
+    incremental.write_text(json.dumps({**body, "kind": "RayService", "spec": spec}))
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(json.dumps({**body, "kind": "RayCluster", "spec": spec}))
+    kinds = {p.stem: module.Sample("x", p).kinds for p in (plain, incremental, cluster)}
+    assert kinds["incremental"] == module.CREATED_KINDS + module.GATEWAY_KINDS
+    assert kinds["plain"] == kinds["cluster"] == module.CREATED_KINDS
