@@ -18,7 +18,10 @@ one step (KubeRay v1.7.0's rules, ``reconcileServeTargetCapacity`` and
    but never below its share of the traffic (KubeRay's floor is 0, which in a rollback
    with ``maxSurgePercent: 100`` takes every replica from a cluster that still has
    traffic); otherwise the *to* cluster's grows by ``maxSurgePercent`` (at most 100).
-   The total never exceeds ``100 + maxSurgePercent``;
+   The total never exceeds ``100 + maxSurgePercent``. The *from* cluster shrinks only once
+   the weights have stood for ``intervalSeconds``: a gateway applies a route's change a
+   moment after it is written (Traefik reports the new generation Accepted before it
+   routes by it), and until then the *from* cluster still gets its former share;
 4. **traffic** otherwise: ``stepSizePercent`` more to the *to* cluster, at most its
    capacity, once ``intervalSeconds`` have passed since the weights last changed, and
    only while the *to* cluster's applications are all ``RUNNING``.
@@ -113,6 +116,13 @@ def next_step(
         return Wait(f"Serve's target_capacity of RayCluster {unread} is not known yet")
     if to.traffic >= to.capacity:
         if to.capacity + frm.capacity > 100:
+            if since is not None and since < options.interval:
+                left = options.interval - since
+                return Wait(
+                    f"RayCluster {frm.cluster}'s capacity shrinks in {left:g} s, once the "
+                    "gateway routes by the last weights",
+                    after=left,
+                )
             floor = 100 - to.traffic  # the from cluster's share of the traffic
             return SetCapacity(frm.cluster, max(floor, frm.capacity - options.max_surge, 0))
         return SetCapacity(to.cluster, min(100, to.capacity + options.max_surge))

@@ -19,6 +19,11 @@
   of a Service (re-resolving on every change) and sends requests to a ready endpoint,
   round robin, a fresh connection each, recording every failure with its time and
   cause. It only ever dials pod IPs inside the world's pod CIDR.
+- :class:`GatewayTraffic`: requests through a gateway's entry point (a loopback address,
+  e.g. Traefik's), several senders on keep-alive connections, recording for every answer
+  when it came and which pod gave it (the simulator's ``x-raysim-pod`` header), and every
+  failure (a status other than 200, a wrong body, a connection error) with its time and
+  cause.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -48,8 +54,9 @@ from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import controlplane
 from tests.support import raysim
+from tests.support.raysim import inside
 
-__all__ = ["Failure", "Manager", "Traffic", "World", "until"]
+__all__ = ["Failure", "GatewayTraffic", "Manager", "Traffic", "World", "until"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SYSTEM_NAMESPACE = "rayservice-operator-system"
@@ -429,6 +436,100 @@ class Traffic:
             return self.ok - start >= count
 
         await until(enough, within, f"{count} answered requests")
+
+
+class GatewayTraffic:
+    """Requests through a gateway's entry point (see the module docstring)."""
+
+    def __init__(
+        self, url: str, paths: dict[str, str], *, senders: int = 2, interval: float = 0.01
+    ) -> None:
+        """``url``: the entry point, ``http://<loopback address>[:port]``; ``paths``: request
+        path -> the body a correct answer has (sent in turn); ``senders``: requests in flight
+        at once, each sender on its own keep-alive connection; ``interval``: the pause
+        between a sender's requests."""
+        host = urllib.parse.urlsplit(url).hostname or ""
+        if not ipaddress.ip_address(host).is_loopback:
+            raise AssertionError(f"{url}: a gateway entry point must be on loopback")
+        self.url = url.rstrip("/")
+        self.paths = list(paths.items())
+        self.senders = senders
+        self.interval = interval
+        self.answers: list[tuple[float, str]] = []
+        """(monotonic time, the answering pod's IP) of every answered request, in order."""
+        self.failures: list[Failure] = []
+        self.streak = 0
+        """Requests answered in a row since the last failure."""
+        self.started = 0.0
+        """When it started (monotonic): :attr:`Failure.at` counts from here."""
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def ok(self) -> int:
+        return len(self.answers)
+
+    async def __aenter__(self) -> GatewayTraffic:
+        self.started = time.monotonic()
+        self._tasks = [asyncio.create_task(self._send(n)) for n in range(self.senders)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _send(self, first: int) -> None:
+        timeout = aiohttp.ClientTimeout(total=5, connect=2)
+        connector = aiohttp.TCPConnector(limit=1)  # one keep-alive connection per sender
+        turn = first
+        async with aiohttp.ClientSession(
+            timeout=timeout, connector=connector, trust_env=False
+        ) as http:
+            while True:
+                path, want = self.paths[turn % len(self.paths)]
+                target = self.url + path
+                try:
+                    async with http.get(target) as response:
+                        body = await response.text()
+                        pod = response.headers.get(inside.POD_HEADER, "")
+                    if response.status == 200 and body == want and pod:
+                        self.answers.append((time.monotonic(), pod))
+                        self.streak += 1
+                    else:
+                        self._fail(
+                            target, f"HTTP {response.status} from {pod or '?'}: {body[:80]!r}"
+                        )
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    self._fail(target, repr(exc))
+                turn += 1
+                await asyncio.sleep(self.interval)
+
+    def _fail(self, target: str, cause: str) -> None:
+        self.failures.append(Failure(time.monotonic() - self.started, target, cause))
+        self.streak = 0
+
+    async def wait_streak(self, count: int, within: float) -> None:
+        """Until ``count`` requests in a row were answered."""
+
+        async def answered() -> bool:
+            return self.streak >= count
+
+        await until(answered, within, f"{count} requests in a row answered through the gateway")
+
+    async def wait_routed(self, count: int, within: float) -> list[Failure]:
+        """Until ``count`` requests in a row were answered, then forget the failures before
+        them (a gateway answers 404 until it has picked up a new route); those failures."""
+        await self.wait_streak(count, within)
+        before, self.failures = self.failures, []
+        return before
+
+    async def wait_requests(self, count: int, within: float = 30.0) -> None:
+        start = self.ok
+
+        async def enough() -> bool:
+            return self.ok - start >= count
+
+        await until(enough, within, f"{count} answered requests through the gateway")
 
 
 DEFAULT_MODE = os.environ.get("E2E_DASHBOARD_MODE", "pod-ip")

@@ -94,6 +94,9 @@ def test_a_rollback_mid_way_keeps_capacity_under_the_traffic_kuberay_would_drop(
         # capacity up, then down on the other side once the total passed 100
         ((0, 0, True), (100, 100, True), None, True, incremental.SetCapacity("to", 50)),
         ((50, 50, True), (100, 50, True), None, True, incremental.SetCapacity("from", 50)),
+        # ... only once the gateway had the interval to route by the last weights
+        ((100, 100, True), (50, 0, True), 29.0, True, "shrinks in 1 s"),
+        ((100, 100, True), (50, 0, True), 30.0, True, incremental.SetCapacity("from", 0)),
         # traffic follows capacity, only while ready and only once the interval passed
         ((50, 25, True), (100, 75, True), None, True, incremental.MoveTraffic(50)),
         ((50, 25, False), (100, 75, True), None, True, "not all RUNNING"),
