@@ -172,6 +172,8 @@ class Upgrade:
         self.most_capacity = 0
         self.clusters: list[tuple[float, frozenset[str]]] = []
         """(when seen, the RayClusters that exist), on every change."""
+        self.uids: dict[str, set[str]] = {}
+        """Cluster name -> the uids it had (a cluster deleted and created again has two)."""
         self.head_service: list[tuple[float, str | None]] = []
         """(when seen, the cluster the head Service selects), on every change."""
         self.conditions: list[tuple[float, str, str, str]] = []
@@ -227,7 +229,10 @@ class Upgrade:
             self.pods[ip] = labels["ray.io/cluster"]
             if labels.get("ray.io/node-type") == "head":
                 self.heads[labels["ray.io/cluster"]] = ip
-        names = frozenset(await rayservices.cluster_names(api, ns))
+        listed = (await api.list(harness.RAYCLUSTERS, ns)).items
+        for item in listed:
+            self.uids.setdefault(item["metadata"]["name"], set()).add(item["metadata"]["uid"])
+        names = frozenset(c["metadata"]["name"] for c in listed)
         self._note(self.clusters, names)
         try:
             route = await api.get(ROUTES, ns, ROUTE)
@@ -265,8 +270,8 @@ class Upgrade:
                 self.conditions.append((time.monotonic(), *now))
 
     async def capacity(self, cluster: str) -> int | None:
-        """Serve's ``target_capacity`` on ``cluster``'s head (None: not 100 % but unset;
-        0 while Serve runs no application); None when the head cannot be asked."""
+        """Serve's ``target_capacity`` on ``cluster``'s head (unset counts as 100, and 0
+        while Serve runs no application); None when the head cannot be asked."""
         ip = self.heads.get(cluster)
         if ip is None:
             return None
@@ -517,8 +522,8 @@ async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_goes_on(
         await rayservices.wait_ready(api, namespace, NAME, cluster_not=old, within=30)
     print(f"killed at {killed_at}", *upgrade.timeline(traffic.started), sep="\n")
     no_failures(traffic, upgrade)
-    seen = {c for _, names in upgrade.clusters for c in names}
-    assert seen == {old, new}, seen  # nothing created again
+    assert upgrade.uids.keys() == {old, new}, upgrade.uids  # nothing created again,
+    assert all(len(uids) == 1 for uids in upgrade.uids.values()), upgrade.uids  # nor replaced
     routed = [w.get(new, 0) for _, w in upgrade.routes]
     assert routed == sorted(routed), (killed_at, upgrade.routes)  # weights never went back
     grown = [c[new] for _, c in upgrade.capacities if new in c]
