@@ -9,6 +9,9 @@
   test that takes it without starting one gets one in the default mode (pod IP;
   ``$E2E_DASHBOARD_MODE`` overrides it). Against an external cluster the operator is
   already deployed there, so nothing is started.
+- ``traefik``: a real Gateway API implementation (:mod:`tests.support.gateway`), started
+  once (with the Gateway API CRDs, before the managers of the test that first needs it),
+  handed to a test once no earlier test's HTTPRoute is left;
 - ``namespace``: a fresh namespace per test (deleted afterwards); ``api``: an admin
   :class:`runtime.client.Client`.
 """
@@ -21,9 +24,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from controllers.rayservice import gateway as rayservice_gateway
 from runtime.client import client as client_
 from tests.e2e import harness
-from tests.support import tools
+from tests.support import gateway, tools
 
 E2E_TIMEOUT = 300
 
@@ -90,3 +94,30 @@ async def namespace(api: client_.Client) -> AsyncIterator[str]:
     await api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     await api.delete(harness.NAMESPACES, None, name)
+
+
+@pytest.fixture(scope="package")
+def running_traefik(
+    world: harness.World, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[gateway.Traefik]:
+    """The Gateway API CRDs, the GatewayClass and Traefik, started by the first test that
+    needs them and kept for the suite (one Traefik per control plane and class; the CRDs
+    and the class stay: later managers see the Gateway API served, which changes nothing
+    for other RayServices)."""
+    if world.cp is None:
+        pytest.skip("starts its own gateway: needs the suite's own control plane")
+    with gateway.running(world.cp, tmp_path_factory.mktemp("traefik")) as t:
+        yield t
+
+
+@pytest.fixture
+async def traefik(running_traefik: gateway.Traefik, api: client_.Client) -> gateway.Traefik:
+    """Traefik, once no earlier test's HTTPRoute is left (their namespaces go a moment after
+    those tests): the routes have no hostnames, so two on the one listener share its
+    traffic."""
+
+    async def alone() -> bool:
+        return not (await api.list(rayservice_gateway.HTTPROUTES)).items
+
+    await harness.until(alone, 60, "no HTTPRoute left from an earlier test")
+    return running_traefik

@@ -29,11 +29,9 @@ import dataclasses
 import ipaddress
 import pathlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-import pytest
 import yaml
 
 from runtime.client import client as client_
@@ -69,32 +67,6 @@ SHARE_SAMPLE = 100
 SHARE_TOLERANCE = 10
 REST = 20.0
 """Seconds an idle RayService is watched for writes."""
-
-
-@pytest.fixture(scope="module")
-def running_traefik(
-    world: harness.World, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[gateway.Traefik]:
-    """The Gateway API CRDs, the GatewayClass and Traefik, for this module's tests (the CRDs
-    and the class stay for the rest of the session: later managers see the Gateway API
-    served, which changes nothing for other RayServices)."""
-    if world.cp is None:
-        pytest.skip("starts its own gateway: needs the suite's own control plane")
-    with gateway.running(world.cp, tmp_path_factory.mktemp("traefik")) as t:
-        yield t
-
-
-@pytest.fixture
-async def traefik(running_traefik: gateway.Traefik, api: client_.Client) -> gateway.Traefik:
-    """Traefik, once no earlier test's HTTPRoute is left (their namespaces go a moment after
-    those tests): the routes have no hostnames, so two on the one listener share its
-    traffic."""
-
-    async def alone() -> bool:
-        return not (await api.list(ROUTES)).items
-
-    await harness.until(alone, 60, "no HTTPRoute left from an earlier test")
-    return running_traefik
 
 
 def incremental_sample(namespace: str) -> Obj:

@@ -41,10 +41,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from controllers.rayservice import gateway as rayservice_gateway
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from tests.e2e import harness, rayservices
-from tests.support import realray
+from tests.support import gateway, realray
 
 Obj = dict[str, Any]
 APPS = pathlib.Path(__file__).parent / "testdata" / "realray_apps"
@@ -417,3 +418,82 @@ async def test_real_ray_with_token_auth_is_served_by_the_operator_and_refuses_ot
         # Serve's own proxy takes traffic without a token (Ray does not guard it).
         assert await fetch(world, real, 8000, "/greet") == (200, ANSWER)
         assert not kubelet.errors, kubelet.errors
+
+
+# -- incremental upgrade through a real gateway --------------------------------------------------
+
+INCREMENTAL = {"maxSurgePercent": 50, "stepSizePercent": 50, "intervalSeconds": 5,
+               "gatewayClassName": gateway.GATEWAY_CLASS}  # fmt: skip
+
+
+@pytest.mark.timeout(600)
+async def test_real_ray_upgraded_incrementally_through_traefik_loses_no_request(
+    world: harness.World,
+    api: client_.Client,
+    namespace: str,
+    traefik: gateway.Traefik,
+    managers: harness.Managers,
+    kubelet: Kubelet,
+) -> None:
+    """``NewClusterWithIncrementalUpgrade`` on real Ray 2.60 behind real Traefik: Serve's
+    own ``target_capacity`` moves between two real heads (0 -> 50 -> 100 on the new one,
+    100 -> 50 -> 0 on the old one) while the HTTPRoute's weights follow, and requests sent
+    through the gateway all the while are all answered by real Ray."""
+    timings: dict[str, float] = {}
+    with kubelet.on_failure():
+        await managers.start("pod-ip").wait_leading()
+        obj = rayservice(namespace)
+        obj["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] = True
+        obj["spec"]["upgradeStrategy"] = {
+            "type": "NewClusterWithIncrementalUpgrade", "clusterUpgradeOptions": INCREMENTAL,
+        }  # fmt: skip
+        started = time.monotonic()
+        await api.create(obj)
+        obj = await rayservices.wait_ready(api, namespace, NAME, within=240)
+        timings["ready"] = time.monotonic() - started
+        old = rayservices.active_cluster(obj)
+        assert old is not None
+        old_head = kubelet.by_name((await head_pod(api, namespace, old))["metadata"]["name"])
+        await check_real(world, old_head)
+
+        async def routed_to(cluster: str) -> bool:
+            try:
+                route = await api.get(rayservice_gateway.HTTPROUTES, namespace, f"{NAME}-httproute")
+            except errors.NotFound:
+                return False
+            return rayservice_gateway.weights(route) == {cluster: 100}
+
+        await harness.until(lambda: routed_to(old), 60, "the HTTPRoute to the first cluster")
+        async with harness.GatewayTraffic(traefik.url, PATHS, identified=False) as t:
+            await t.wait_routed(20, within=60)
+            upgrade = time.monotonic()
+            await rayservices.update_spec(api, namespace, NAME, new_revision)
+            obj = await rayservices.wait_ready(api, namespace, NAME, within=300, cluster_not=old)
+            new = rayservices.active_cluster(obj)
+            assert new is not None
+            await harness.until(lambda: routed_to(new), 60, "the HTTPRoute to the new cluster")
+            timings["upgrade"] = time.monotonic() - upgrade
+            new_head = kubelet.by_name((await head_pod(api, namespace, new))["metadata"]["name"])
+            await check_real(world, new_head)
+            # Serve's own target_capacity, as the real heads report it
+            for real, want in ((new_head, 100), (old_head, 0)):
+                status, body = await fetch(world, real, 8265, APPLICATIONS)
+                assert status == 200, (status, body)
+                assert json.loads(body)["target_capacity"] == want, (real.name, body[:200])
+
+            async def old_gone() -> bool:
+                return await rayservices.cluster_names(api, namespace) == {new}
+
+            await harness.until(old_gone, DELETION_DELAY + 60, "the old cluster deleted")
+            await t.wait_requests(20, within=60)
+        timings["total"] = time.monotonic() - started
+        print(f"timings (s): { {k: round(v, 1) for k, v in timings.items()} }; "
+              f"{t.ok} requests answered through Traefik, {len(t.failures)} failed")  # fmt: skip
+        assert not t.failures, (
+            f"{len(t.failures)} failed of {t.ok + len(t.failures)}: {t.failures[:5]}"
+        )
+        assert t.ok >= 100
+        assert not kubelet.errors, kubelet.errors
+        obj = await rayservices.get(api, namespace, NAME)
+        assert rayservices.condition(obj, "UpgradeInProgress")["status"] == "False"
+        assert "pendingServiceStatus" not in obj["status"]
