@@ -46,12 +46,14 @@ The scenario, per operator:
    ``<cluster>-serve-svc`` (every other backend 0), the status naming the new cluster
    active and none pending, ``UpgradeInProgress`` not ``True`` and Ready as in 1;
 4. **cleanup**: until every old cluster is deleted (``--deletion-delay`` after the
-   switch), then ``--settle-seconds``;
+   switch) and its pods and Services are gone (the garbage collector's deletes stay out
+   of the next window), then ``--settle-seconds``;
 5. **idle after**: ``--idle-seconds`` more.
 
 Every Gateway listens on Traefik's one entry point with the same rule (``PathPrefix /``,
-no hostname), so with N > 1 Traefik sends the requests to one of the N routes; which
-one answered is read from the simulator's ``x-raysim-pod`` header (``detail.traffic``).
+no hostname), so with N > 1 Traefik spreads the requests over the routes sharing it (at
+N = 50, some 10 to 20 services answer); which cluster answered is read from the
+simulator's ``x-raysim-pod`` header (``detail.traffic.answered_by_cluster``).
 
 What is counted: kube-apiserver's own ``apiserver_request_total`` (``/metrics``) per phase,
 and its audit log (level Metadata, watches left out), which names every request's client
@@ -72,7 +74,7 @@ by its User-Agent product (``rayservice-operator``, ``kuberay-operator``; this s
   operator took), ``upgrade_operator_writes_per_svc``, ``upgrade_serve_puts_per_svc``
   (Serve config and ``target_capacity`` PUTs the heads got);
 - ``time_to_ready_s``, ``time_to_upgraded_s`` (from the first spec change to the poll that
-  sees the last service finished), ``time_to_old_deleted_s``;
+  sees the last service finished), ``time_to_old_deleted_s`` (to the end of 4);
 - ``requests``, ``failed_requests`` (anything but 200: the answer's status or the
   exception's name, by kind in ``detail.traffic.failed_by``);
 - ``writes_per_svc``: the operator's writes from the first create to the end of idle
@@ -128,7 +130,7 @@ import structlog  # noqa: E402
 import api.v1 as v1  # noqa: E402
 from controllers.rayservice import gateway as gateway_objects  # noqa: E402
 from runtime.client import client as client_  # noqa: E402
-from runtime.client import errors  # noqa: E402
+from runtime.client import errors, resources  # noqa: E402
 from runtime.testing import controlplane  # noqa: E402
 from tests.support import gateway, raysim  # noqa: E402
 
@@ -141,6 +143,7 @@ APP_PATH = "/fruit"
 """The path the traffic loop asks for: ``rayservice.py``'s application ``fruit``."""
 NEW_RAY_VERSION = "2.61.0"
 PODS = rayservice_bench.PODS
+SERVICES = resources.default_registry.for_kind("v1", "Service")
 KUBERAY_CACHE = pathlib.Path(
     os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
 ) / "rayservice-operator/peers/kuberay/v1.7.0"  # fmt: skip
@@ -239,22 +242,27 @@ class World:
     gateways: dict[tuple[str, str], dict[str, Any]]
     pods: dict[str, tuple[str, str]]
     """Pod IP -> (namespace, ``ray.io/cluster``) of every live Ray pod."""
+    leftovers: set[tuple[str, str]]
+    """(namespace, ``ray.io/cluster``) of every pod (terminating ones too) and Service."""
 
 
 async def observe(client: client_.Client, namespaces: Iterable[str]) -> World:
-    world = World({}, set(), {}, {}, {})
+    world = World({}, set(), {}, {}, {}, set())
     for ns in namespaces:
-        services, clusters, routes, gateways, pods = await asyncio.gather(
+        services, clusters, routes, gateways, pods, kube_services = await asyncio.gather(
             client.list(v1.RAYSERVICES, ns, label_selector=LABEL),
             client.list(v1.RAYCLUSTERS, ns),
             client.list(gateway_objects.HTTPROUTES, ns),
             client.list(gateway_objects.GATEWAYS, ns),
             client.list(PODS, ns, label_selector="ray.io/cluster"),
+            client.list(SERVICES, ns, label_selector="ray.io/cluster"),
         )  # fmt: skip
         world.services.update((key_of(s), s) for s in services.items)
         world.clusters.update(key_of(c) for c in clusters.items)
         world.routes.update((key_of(r), r) for r in routes.items)
         world.gateways.update((key_of(g), g) for g in gateways.items)
+        for obj in (*pods.items, *kube_services.items):
+            world.leftovers.add((ns, obj["metadata"]["labels"]["ray.io/cluster"]))
         for pod in pods.items:
             ip = (pod.get("status") or {}).get("podIP")
             if ip and not pod["metadata"].get("deletionTimestamp"):
@@ -616,12 +624,14 @@ async def scenario(
         log(f"{operator}: all {count} upgraded in {upgrade_s:.1f} s; waiting for the old clusters")
 
         # -- cleanup -----------------------------------------------------------------------
+        def old_gone(s: Mapping[str, Any], world: World) -> bool:
+            old = (key_of(s)[0], first.get(key_of(s), ""))
+            return old not in world.clusters and old not in world.leftovers
+
         old = {(k[0], c) for k, c in first.items()}
         gone_s = await wait_for(
             client, process, namespaces, count, args.deletion_delay + 120.0,
-            "with the old cluster deleted",
-            lambda s, world: (key_of(s)[0], first.get(key_of(s), "")) not in world.clusters,
-            seen_pods,
+            "with the old cluster, its pods and Services gone", old_gone, seen_pods,
         )  # fmt: skip
         result["time_to_old_deleted_s"] = round(time.monotonic() - upgrade_started, 2)
         log(f"{operator}: old clusters gone {gone_s:.1f} s after finishing ({len(old)})")
@@ -730,13 +740,13 @@ async def clean_up(client: client_.Client, process: _common.Manager, namespaces:
         process.check_alive()
         world = await observe(client, namespaces)
         left = (len(world.services), len(world.clusters), len(world.routes),
-                len(world.gateways), len(world.pods))  # fmt: skip
+                len(world.gateways), len(world.leftovers))  # fmt: skip
         if not any(left):
             return
         if time.monotonic() > deadline:
             raise _common.BenchError(
                 f"still there 180 s after deleting (services, clusters, routes, gateways, "
-                f"pods): {left}"
+                f"clusters with pods or Services): {left}"
             )
         await asyncio.sleep(1.0)
 
