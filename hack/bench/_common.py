@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import pathlib
 import re
 import subprocess
@@ -94,7 +95,9 @@ class Manager(Child):
 
     @classmethod
     def ours(cls, kubeconfig: pathlib.Path, workdir: pathlib.Path, args: list[str]) -> Manager:
-        """``rayservice-manager`` against ``kubeconfig`` with ``args``."""
+        """``rayservice-manager`` against ``kubeconfig`` with ``args``, running the code of
+        the checkout this file is in (:data:`ROOT` first on its ``PYTHONPATH``: an editable
+        install elsewhere, e.g. of another git worktree, does not take over)."""
         metrics_port, probe_port = controlplane.free_ports(2)
         script = pathlib.Path(sys.executable).with_name("rayservice-manager")
         command = [str(script)] if script.exists() else [sys.executable, "-m", "controllers.main"]
@@ -104,11 +107,13 @@ class Manager(Child):
             "--health-probe-bind-address", f"127.0.0.1:{probe_port}",
             *args,
         ]  # fmt: skip
+        path = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         return cls(
             command,
             log_path=workdir / "manager.log",
             metrics_port=metrics_port,
             probe_port=probe_port,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)},
         )
 
     def _get(self, port: int, path: str) -> tuple[int, str]:

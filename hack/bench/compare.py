@@ -91,7 +91,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -172,10 +172,14 @@ def rayjob_crd() -> pathlib.Path:
 
 
 def kuberay(
-    binary: pathlib.Path, kubeconfig: pathlib.Path, workdir: pathlib.Path
+    binary: pathlib.Path,
+    kubeconfig: pathlib.Path,
+    workdir: pathlib.Path,
+    extra: Sequence[str] = (),
 ) -> _common.Manager:
     """KubeRay's operator as a child process (``/readyz``, ``/metrics``, RSS, CPU, stop:
-    :class:`_common.Manager`'s), in ``kubernetes-proxy`` mode, without leader election."""
+    :class:`_common.Manager`'s), in ``kubernetes-proxy`` mode, without leader election;
+    ``extra`` flags after those (``incremental.py``'s ``--watch-namespace``)."""
     metrics_port, probe_port = controlplane.free_ports(2)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -186,7 +190,7 @@ def kuberay(
         str(binary), "--kubeconfig", str(kubeconfig), "--enable-leader-election=false",
         "--metrics-addr", f"127.0.0.1:{metrics_port}",
         "--health-probe-bind-address", f"127.0.0.1:{probe_port}",
-        "--use-kubernetes-proxy",
+        "--use-kubernetes-proxy", *extra,
     ]  # fmt: skip
     return _common.Manager(
         command,
