@@ -18,6 +18,7 @@ __all__ = [
     "ClusterCount",
     "active_cluster",
     "apps",
+    "bump_ray_version",
     "cluster_names",
     "condition",
     "get",
@@ -89,6 +90,17 @@ async def update_spec(
             return await api.update(obj)
         except errors.Conflict:
             continue
+
+
+def bump_ray_version(obj: Obj) -> None:
+    """A ``rayVersion`` (and image) change: a new RayCluster, a zero-downtime upgrade."""
+    config = obj["spec"]["rayClusterConfig"]
+    config["rayVersion"] = "2.61.0"
+    for template in [config["headGroupSpec"]["template"]] + [
+        g["template"] for g in config.get("workerGroupSpecs") or []
+    ]:
+        for container in template["spec"]["containers"]:
+            container["image"] = "rayproject/ray:2.61.0"
 
 
 async def cluster_names(api: client_.Client, namespace: str) -> set[str]:

@@ -84,17 +84,6 @@ def incremental_sample(namespace: str) -> Obj:
     return obj
 
 
-def bump_ray_version(obj: Obj) -> None:
-    """A ``rayVersion`` (and image) change: a new RayCluster."""
-    config = obj["spec"]["rayClusterConfig"]
-    config["rayVersion"] = "2.61.0"
-    for template in [config["headGroupSpec"]["template"]] + [
-        g["template"] for g in config.get("workerGroupSpecs") or []
-    ]:
-        for container in template["spec"]["containers"]:
-            container["image"] = "rayproject/ray:2.61.0"
-
-
 def route_weights(route: Obj | None) -> dict[str, int]:
     """``{cluster: weight}`` of the route's first rule (backends ``<cluster>-serve-svc``)."""
     if route is None:
@@ -403,7 +392,7 @@ async def test_an_incremental_upgrade_under_traffic_follows_the_route_and_loses_
         await rest(api, namespace, REST)  # at rest before: not one write
 
         changed = time.monotonic()
-        await rayservices.update_spec(api, namespace, NAME, bump_ray_version)
+        await rayservices.update_spec(api, namespace, NAME, rayservices.bump_ray_version)
 
         def new_cluster() -> str | None:
             return next((c for c in upgrade.clusters[-1][1] if c != old), None)
@@ -470,7 +459,7 @@ async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_goes_on(
         harness.GatewayTraffic(traefik.url, PATHS) as traffic,
     ):
         old = await ready_behind_the_gateway(api, namespace, traffic, upgrade)
-        await rayservices.update_spec(api, namespace, NAME, bump_ray_version)
+        await rayservices.update_spec(api, namespace, NAME, rayservices.bump_ray_version)
 
         def new_routed() -> str | None:
             return next((c for c, w in upgrade.weights().items() if c != old and w > 0), None)
@@ -518,7 +507,7 @@ async def test_a_spec_reverted_mid_upgrade_rolls_back_through_the_route(
         harness.GatewayTraffic(traefik.url, PATHS) as traffic,
     ):
         old = await ready_behind_the_gateway(api, namespace, traffic, upgrade)
-        await rayservices.update_spec(api, namespace, NAME, bump_ray_version)
+        await rayservices.update_spec(api, namespace, NAME, rayservices.bump_ray_version)
 
         def new_routed() -> str | None:
             return next((c for c, w in upgrade.weights().items() if c != old and w > 0), None)

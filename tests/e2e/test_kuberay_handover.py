@@ -181,7 +181,7 @@ async def test_kuberay_hands_a_rayservice_over_and_takes_it_back(
     async with sample_.traffic(api, world, namespace) as t:
         await t.wait_streak(60, within=60)
         before = len(t.failures)
-        await sample_.update_spec(api, namespace, sample_.bump_ray_version)
+        await sample_.update_spec(api, namespace, rayservices.bump_ray_version)
         second = rayservices.active_cluster(
             await sample_.wait_ready(api, namespace, cluster_not=first, within=150)
         )

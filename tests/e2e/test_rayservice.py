@@ -67,17 +67,6 @@ async def create_sample(api: client_.Client, namespace: str) -> Obj:
     return await api.create(sample(namespace))
 
 
-def bump_ray_version(obj: Obj) -> None:
-    """A ``rayVersion`` (and image) change: a new RayCluster, a zero-downtime upgrade."""
-    config = obj["spec"]["rayClusterConfig"]
-    config["rayVersion"] = "2.61.0"
-    for template in [config["headGroupSpec"]["template"]] + [
-        g["template"] for g in config.get("workerGroupSpecs") or []
-    ]:
-        for container in template["spec"]["containers"]:
-            container["image"] = "rayproject/ray:2.61.0"
-
-
 def traffic(api: client_.Client, world: harness.World, namespace: str) -> harness.Traffic:
     return harness.Traffic(api, world, namespace, "rayservice-sample-serve-svc", PATHS)
 
@@ -149,7 +138,7 @@ async def test_a_zero_downtime_upgrade_loses_no_request(
         traffic(api, world, namespace) as t,
     ):
         await t.wait_requests(20)
-        await update_spec(api, namespace, bump_ray_version)
+        await update_spec(api, namespace, rayservices.bump_ray_version)
         new = rayservices.active_cluster(
             await wait_ready(api, namespace, cluster_not=old, within=150)
         )
@@ -175,7 +164,7 @@ async def test_a_broken_config_during_an_upgrade_keeps_traffic_on_the_old_cluste
     config["applications"][0]["import_path"] = f"{harness.UNIMPORTABLE}.app"
 
     def broken_upgrade(obj: Obj) -> None:
-        bump_ray_version(obj)
+        rayservices.bump_ray_version(obj)
         obj["spec"]["serveConfigV2"] = yaml.safe_dump(config, sort_keys=False)
 
     async with traffic(api, world, namespace) as t:
@@ -239,7 +228,7 @@ async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_complete
     await create_sample(api, namespace)
     old = rayservices.active_cluster(await wait_ready(api, namespace))
     async with rayservices.ClusterCount(api, namespace) as count:
-        await update_spec(api, namespace, bump_ray_version)
+        await update_spec(api, namespace, rayservices.bump_ray_version)
 
         async def pending_exists() -> bool:
             return len(await rayservices.cluster_names(api, namespace)) == 2
@@ -304,7 +293,7 @@ async def test_the_standby_takes_over_when_the_leader_is_killed(
     assert not standby.leading()
     await create_sample(api, namespace)
     old = rayservices.active_cluster(await wait_ready(api, namespace))
-    await update_spec(api, namespace, bump_ray_version)
+    await update_spec(api, namespace, rayservices.bump_ray_version)
     leader.kill()
     await standby.wait_leading(within=60)
     new = rayservices.active_cluster(await wait_ready(api, namespace, cluster_not=old, within=150))

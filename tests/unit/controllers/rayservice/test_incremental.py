@@ -8,6 +8,8 @@ step, never a restart of the upgrade.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime
 import itertools
 from typing import Any
@@ -454,3 +456,43 @@ def test_a_gateway_we_do_not_control_is_never_written() -> None:
     assert (
         "Gateway demo-gateway exists and is not controlled by this RayService" in (ready["message"])
     )
+
+
+VEG = "applications:\n  - name: veg\n    import_path: veg:app\n"
+
+
+def new_config_upgrade() -> plan.Snapshot:
+    """Mid-upgrade to a cluster that runs a new Serve config (its hash annotation says so)."""
+    svc = service(NEW)
+    svc["spec"]["serveConfigV2"] = VEG
+    b = copy.deepcopy(B)
+    b["metadata"]["annotations"][clusters.SERVE_CONFIG_ANNOTATION] = clusters.serve_config_hash(
+        {"applications": [{"name": "veg", "import_path": "veg:app"}]}
+    )
+    snap = upgrade({A_NAME: 50, B_NAME: 50}, 100, 50, svc=svc)
+    return dataclasses.replace(snap, owned=(A, b))
+
+
+def test_the_old_cluster_keeps_its_own_config_when_its_capacity_changes() -> None:
+    """The spec's Serve config changed with the cluster: the old cluster's capacity PUT
+    carries the config it runs, as Serve reports it deployed, not the new one."""
+    p = make(new_config_upgrade())
+    assert p.capacity is not None
+    assert p.capacity.cluster == A_NAME
+    assert p.capacity.config == {"applications": CONFIG["applications"], "target_capacity": 50}
+
+
+def test_a_capacity_change_without_a_known_config_is_an_error_not_a_guess() -> None:
+    snap = new_config_upgrade()
+    old = snap.other_serve
+    assert old is not None
+    assert old.details is not None
+    bare = {"status": "RUNNING", "route_prefix": "/", "deployments": {}}  # no deployed config
+    details = old.details.model_copy(
+        update={"applications": {"fruit": dashboard.ApplicationDetails.model_validate(bare)}}
+    )
+    snap = dataclasses.replace(snap, other_serve=dataclasses.replace(old, details=details))
+    p = make(snap)
+    assert p.capacity is None
+    assert isinstance(p.error, plan.ServeFailed)
+    assert "config it runs is not known" in str(p.error)
