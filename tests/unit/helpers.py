@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import pathlib
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
@@ -75,3 +76,26 @@ def load_script(relative: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, default=str)[:300]
+
+
+def kuberay_diff(want: Any, have: Any, path: str = "") -> Iterator[str]:
+    """Where ``have`` (ours) differs from ``want`` (KubeRay's recorded object), one line
+    per difference, by path (golden comparisons)."""
+    if isinstance(want, dict) and isinstance(have, dict):
+        for key in sorted(set(want) | set(have)):
+            where = f"{path}.{key}"
+            if key not in have:
+                yield f"{where}: KubeRay has {_short(want[key])}, we omit it"
+            elif key not in want:
+                yield f"{where}: we have {_short(have[key])}, KubeRay omits it"
+            else:
+                yield from kuberay_diff(want[key], have[key], where)
+    elif isinstance(want, list) and isinstance(have, list) and len(want) == len(have):
+        for index, (a, b) in enumerate(zip(want, have, strict=True)):
+            yield from kuberay_diff(a, b, f"{path}[{index}]")
+    elif want != have:
+        yield f"{path}: KubeRay {want!r} != ours {have!r}"

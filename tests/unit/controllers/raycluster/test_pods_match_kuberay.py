@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -182,31 +181,10 @@ def _ports_sorted(service: dict[str, Any]) -> dict[str, Any]:
     return service
 
 
-def _short(value: Any) -> str:
-    return json.dumps(value, default=str)[:300]
-
-
-def _diff(want: Any, have: Any, path: str = "") -> Iterator[str]:
-    if isinstance(want, dict) and isinstance(have, dict):
-        for key in sorted(set(want) | set(have)):
-            where = f"{path}.{key}"
-            if key not in have:
-                yield f"{where}: KubeRay has {_short(want[key])}, we omit it"
-            elif key not in want:
-                yield f"{where}: we have {_short(have[key])}, KubeRay omits it"
-            else:
-                yield from _diff(want[key], have[key], where)
-    elif isinstance(want, list) and isinstance(have, list) and len(want) == len(have):
-        for index, (a, b) in enumerate(zip(want, have, strict=True)):
-            yield from _diff(a, b, f"{path}[{index}]")
-    elif want != have:
-        yield f"{path}: KubeRay {want!r} != ours {have!r}"
-
-
 def assert_same(kuberay: dict[str, Any], ours: dict[str, Any], what: str) -> None:
     want = equality.normalize(_without_owner(kuberay))
     have = equality.normalize(scheme_defaults(ours))
-    differences = list(_diff(want, have))
+    differences = list(helpers.kuberay_diff(want, have))
     assert not differences, f"{what} differs from KubeRay's:\n  " + "\n  ".join(differences)
 
 

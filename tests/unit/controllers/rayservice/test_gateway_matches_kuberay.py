@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -152,31 +151,10 @@ def api_defaults(obj: Obj) -> Obj:
 # --- comparison ------------------------------------------------------------------------------
 
 
-def _short(value: Any) -> str:
-    return json.dumps(value, default=str)[:300]
-
-
-def _diff(want: Any, have: Any, path: str = "") -> Iterator[str]:
-    if isinstance(want, dict) and isinstance(have, dict):
-        for key in sorted(set(want) | set(have)):
-            where = f"{path}.{key}"
-            if key not in have:
-                yield f"{where}: KubeRay has {_short(want[key])}, we omit it"
-            elif key not in want:
-                yield f"{where}: we have {_short(have[key])}, KubeRay omits it"
-            else:
-                yield from _diff(want[key], have[key], where)
-    elif isinstance(want, list) and isinstance(have, list) and len(want) == len(have):
-        for index, (a, b) in enumerate(zip(want, have, strict=True)):
-            yield from _diff(a, b, f"{path}[{index}]")
-    elif want != have:
-        yield f"{path}: KubeRay {want!r} != ours {have!r}"
-
-
 def assert_same(kuberay: Obj, ours: Obj) -> None:
     want = equality.normalize(kuberay)
     have = equality.normalize(api_defaults(ours))
-    differences = list(_diff(want, have))
+    differences = list(helpers.kuberay_diff(want, have))
     what = f"{ours['kind']} {ours['metadata']['name']}"
     assert not differences, f"{what} differs from KubeRay's:\n  " + "\n  ".join(differences)
 
