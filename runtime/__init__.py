@@ -31,6 +31,9 @@ The pieces, bottom up (each module's docstring is its contract):
   without storms; :mod:`runtime.log` configures structlog.
 - :mod:`runtime.metrics`: the Prometheus registry the framework reports into
   (``workqueue_*`` and ``controller_runtime_*`` series).
+- :mod:`runtime.webhook`: admission (validating, mutating) and conversion webhooks
+  served by the manager over HTTPS, with :mod:`runtime.tls` for their certificates
+  (self-signed generation, reloading on rotation).
 - :mod:`runtime.clock` and :mod:`runtime.testing`: injectable time and the test kit.
 
 A minimal controller:
@@ -61,6 +64,8 @@ from runtime import (
     reconcile,
     source,
     status,
+    tls,
+    webhook,
     workqueue,
 )
 from runtime.builder import Builder
@@ -98,5 +103,7 @@ __all__ = [
     "reconcile",
     "source",
     "status",
+    "tls",
+    "webhook",
     "workqueue",
 ]

@@ -17,6 +17,9 @@
   per-source ``predicates=`` apply to one.
 - ``with_options(**controller.Options fields)``; ``named(name)`` (default: the
   ``for_`` resource's plural, e.g. ``rayservices``).
+- ``with_validator(v)``, ``with_defaulter(d)``, ``with_converter(c)``: webhooks for the
+  ``for_`` resource, served by the manager's webhook server at controller-runtime's
+  paths (:func:`runtime.webhook.server.register_for`) when ``complete`` runs.
 - ``complete(reconciler)`` builds the :class:`~runtime.controller.Controller`,
   registers its informers with the manager's cache (so they start, and sync,
   before leader election) and adds it to the manager.
@@ -32,6 +35,8 @@ from runtime import manager as manager_
 from runtime import predicate as predicate_
 from runtime import source as source_
 from runtime.client import resources
+from runtime.webhook import admission, conversion
+from runtime.webhook import server as webhook_
 
 __all__ = ["Builder"]
 
@@ -49,6 +54,9 @@ class Builder:
         self._filters: list[predicate_.Predicate] = []
         self._options: dict[str, Any] = {}
         self._name: str | None = None
+        self._validator: admission.Validator | None = None
+        self._defaulter: admission.Defaulter | None = None
+        self._converter: conversion.Converter | None = None
 
     def for_(
         self, resource: resources.Resource, *, predicates: tuple[predicate_.Predicate, ...] = ()
@@ -92,6 +100,18 @@ class Builder:
         self._name = name
         return self
 
+    def with_validator(self, validator: admission.Validator) -> Builder:
+        self._validator = validator
+        return self
+
+    def with_defaulter(self, defaulter: admission.Defaulter) -> Builder:
+        self._defaulter = defaulter
+        return self
+
+    def with_converter(self, converter: conversion.Converter) -> Builder:
+        self._converter = converter
+        return self
+
     def complete(self, reconciler: controller_.ReconcilerLike) -> controller_.Controller:
         if self._for is None:
             raise ValueError("call for_(resource) before complete()")
@@ -125,5 +145,10 @@ class Builder:
             options=controller_.Options(**self._options),
         )
         ctrl.watch(*sources)
+        if self._validator or self._defaulter or self._converter:
+            webhook_.register_for(
+                self.manager.webhook_server, resource, validator=self._validator,
+                defaulter=self._defaulter, converter=self._converter,
+            )  # fmt: skip
         self.manager.add(ctrl)
         return ctrl

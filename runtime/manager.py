@@ -9,7 +9,11 @@ default for controllers) runs only on the elected leader.
 :meth:`Manager.start` order:
 
 1. HTTP servers: metrics (``/metrics``: the framework registry) and probes
-   (``/healthz``, ``/readyz``; named checks, ``?verbose`` lists them);
+   (``/healthz``, ``/readyz``; named checks, ``?verbose`` lists them); then the
+   runnables whose ``start_before_caches`` attribute is true, which need no leader
+   election: the webhook server (:attr:`Manager.webhook_server`, made on first use
+   with :attr:`Options.webhook`; ``/readyz`` then includes ``webhook``, true once it
+   completes a TLS handshake), as a cache may need its conversion webhook to sync;
 2. the cache: every informer registered so far starts; start-up fails with a
    clear error if they do not sync within ``cache_sync_timeout`` (``/readyz``
    fails until they have). A ``stop`` during the wait returns at once;
@@ -63,6 +67,7 @@ from runtime._internal import aio
 from runtime.cache import cache as cache_
 from runtime.cache import informer as informer_
 from runtime.client import client as client_
+from runtime.webhook import server as webhook_
 
 __all__ = ["LeadershipLost", "Manager", "Options", "Runnable", "run", "serve"]
 
@@ -88,6 +93,12 @@ class LeadershipLost(RuntimeError):
 
 def _needs_leader_election(runnable: object) -> bool:
     return bool(getattr(runnable, "needs_leader_election", True))
+
+
+def _before_caches(runnable: object) -> bool:
+    return bool(getattr(runnable, "start_before_caches", False)) and not _needs_leader_election(
+        runnable
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +168,11 @@ class Options:
     e.g. ``events.Options(api="events.k8s.io/v1")``. Default core ``v1`` Events with the
     recorder's default limits."""
 
+    webhook: webhook_.Options = dataclasses.field(default_factory=webhook_.Options)
+    """The webhook server's settings (:attr:`Manager.webhook_server`; no server runs
+    unless it is asked for). Default :class:`runtime.webhook.server.Options`: port 9443,
+    ``tls.crt``/``tls.key`` in ``$TMPDIR/k8s-webhook-server/serving-certs``."""
+
     def __post_init__(self) -> None:
         # Fail at construction on both or bad names; keep a hashable tuple of them.
         names = informer_.namespaces_of(None, self.namespaces)
@@ -212,6 +228,7 @@ class Manager:
         self.metrics_address: tuple[str, int] | None = None
         """Where ``/metrics`` is served, once started (the real port if 0 was asked)."""
         self.probe_address: tuple[str, int] | None = None
+        self._webhook_server: webhook_.Server | None = None
         self.log = structlog.get_logger("runtime.manager")
 
     # -- registration --------------------------------------------------------------------------
@@ -233,6 +250,18 @@ class Manager:
             self.add(found)
         return found
 
+    @property
+    def webhook_server(self) -> webhook_.Server:
+        """The webhook server (controller-runtime's ``GetWebhookServer``): made with
+        :attr:`Options.webhook` and the manager's client on first access, added as a
+        runnable, its readiness added to ``/readyz`` as ``webhook``. Register webhooks on
+        it before :meth:`start`."""
+        if self._webhook_server is None:
+            self._webhook_server = webhook_.Server(self.options.webhook, client=self.client)
+            self.add(self._webhook_server)
+            self.add_readyz_check("webhook", self._webhook_server.serving)
+        return self._webhook_server
+
     def add_healthz_check(self, name: str, check: Check) -> None:
         self._healthz[name] = check
 
@@ -252,13 +281,17 @@ class Manager:
         failure: BaseException | None = None
         try:
             await self._start_servers()
+            early = [r for r in self._runnables if _before_caches(r)]
+            started.extend(self._launch(r) for r in early)
             await self.cache.start()
             if not await self._wait_for_caches(stop):
                 return
             self._caches_ready = True
             self.log.info("caches synced")
             leaders = [r for r in self._runnables if _needs_leader_election(r)]
-            started.extend(self._launch(r) for r in self._runnables if r not in leaders)
+            started.extend(
+                self._launch(r) for r in self._runnables if r not in leaders and r not in early
+            )
             if self._election is not None:
                 self.elector = leaderelection.LeaderElector(self.client, self._election)
                 elector_task = asyncio.create_task(

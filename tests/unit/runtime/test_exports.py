@@ -26,6 +26,13 @@ PUBLIC = [
     "runtime.testing.clock",
     "runtime.testing.fake",
     "runtime.testing.controlplane",
+    "runtime.tls",
+    "runtime.webhook",
+    "runtime.webhook.admission",
+    "runtime.webhook.cainject",
+    "runtime.webhook.conversion",
+    "runtime.webhook.jsonpatch",
+    "runtime.webhook.server",
 ]
 
 

@@ -1,0 +1,218 @@
+"""The webhook server in-process over real TLS on loopback: reviews answered per path,
+bad bodies refused with 400, metrics with controller-runtime's names, a rotated
+certificate picked up by new connections, readiness in the manager's ``/readyz``
+(started before the caches), registration through the builder."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from runtime import builder, manager, metrics, tls
+from runtime.client import resources
+from runtime.testing import fake
+from runtime.webhook import server
+from tests.unit.runtime import test_webhook_reviews as reviews
+
+WIDGETS = resources.Resource("test.dev", "v1", "Widget", "widgets")
+
+
+def ca_context(ca: pathlib.Path) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca))
+    return context
+
+
+def peer_serial(port: int, ca: pathlib.Path) -> int:
+    import socket
+
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        ca_context(ca).wrap_socket(raw, server_hostname="127.0.0.1") as conn,
+    ):
+        cert = conn.getpeercert()
+        assert cert is not None
+        return int(str(cert["serialNumber"]), 16)
+
+
+def sample(name: str, *labels: str) -> float | None:
+    names = dict(zip(("webhook", "code"), labels, strict=False))
+    return metrics.registry.get_sample_value(name, names)
+
+
+@pytest.fixture
+async def running(tmp_path: pathlib.Path) -> AsyncIterator[server.Server]:
+    srv = server.Server(
+        server.Options(
+            bind_address="127.0.0.1:0", cert_dir=tmp_path, reload_interval=0.1,
+            self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"]),
+        )
+    )  # fmt: skip
+    server.register_for(srv, WIDGETS, validator=reviews.Recording(),
+                        defaulter=reviews.SizeDefaulter(), converter=reviews.Widgets())  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(srv.start(stop))
+    for _ in range(100):
+        if srv.address is not None or task.done():
+            break
+        await asyncio.sleep(0.05)
+    assert srv.address is not None, task
+    yield srv
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert srv.address is None
+
+
+async def post(srv: server.Server, path: str, body: Any, **kwargs: Any) -> tuple[int, Any]:
+    assert srv.address is not None
+    url = f"https://127.0.0.1:{srv.address[1]}{path}"
+    context = ca_context(pathlib.Path(srv.options.cert_dir) / "ca.crt")
+    async with aiohttp.ClientSession() as session:
+        request = session.post(url, json=body, ssl=context, **kwargs) if body is not None else (
+            session.post(url, ssl=context, **kwargs))  # fmt: skip
+        async with request as response:
+            if response.content_type == "application/json":
+                return response.status, await response.json()
+            return response.status, await response.text()
+
+
+async def test_admission_and_conversion_over_tls(running: server.Server) -> None:
+    validate = server.validate_path(WIDGETS)
+    assert validate == "/validate-test-dev-v1-widget"
+    assert server.mutate_path(WIDGETS) == "/mutate-test-dev-v1-widget"
+    before = sample("controller_runtime_webhook_requests_total", validate, "200") or 0.0
+
+    status, body = await post(running, validate, reviews.review(object={"spec": {"size": -2}}))
+    assert status == 200
+    assert body["response"]["uid"] == "u-1"
+    assert body["response"]["allowed"] is False
+    assert body["response"]["status"]["message"] == "spec.size must be >= 0, got -2"
+
+    status, body = await post(running, "/mutate-test-dev-v1-widget",
+                              reviews.review(object={"metadata": {}, "spec": {}}))  # fmt: skip
+    assert status == 200
+    assert body["response"]["patchType"] == "JSONPatch"
+
+    status, body = await post(running, "/convert", reviews.conversion_review(
+        "test.dev/v2", reviews.widget("v1", {"size": 5})))  # fmt: skip
+    assert body["response"]["convertedObjects"][0]["spec"] == {"dimensions": {"size": "5"}}
+
+    assert sample("controller_runtime_webhook_requests_total", validate, "200") == before + 1
+    assert (sample("controller_runtime_webhook_latency_seconds_count", validate) or 0) >= 1
+    assert sample("controller_runtime_webhook_requests_in_flight", validate) == 0
+
+
+async def test_bodies_that_are_no_review_get_400(running: server.Server) -> None:
+    validate = server.validate_path(WIDGETS)
+    before = sample("controller_runtime_webhook_requests_total", validate, "400") or 0.0
+    status, text = await post(running, validate, None, data=b"{}",
+                              headers={"Content-Type": "text/plain"})  # fmt: skip
+    assert (status, text) == (400, "Content-Type must be application/json, got text/plain")
+    status, text = await post(running, validate, None, data=b"{",
+                              headers={"Content-Type": "application/json"})  # fmt: skip
+    assert status == 400
+    assert text.startswith("the body is not JSON")
+    status, text = await post(running, validate, {"kind": "AdmissionReview"})
+    assert status == 400
+    status, text = await post(running, "/convert", {"kind": "ConversionReview"})
+    assert status == 400
+    assert sample("controller_runtime_webhook_requests_total", validate, "400") == before + 3
+    status, _ = await post(running, "/nothing-here", reviews.review())
+    assert status == 404
+
+
+async def test_a_rotated_certificate_serves_new_connections(running: server.Server) -> None:
+    cert_dir = pathlib.Path(running.options.cert_dir)
+    assert running.address is not None
+    port = running.address[1]
+    first = await asyncio.to_thread(peer_serial, port, cert_dir / "ca.crt")
+    # Half a rotation (a key that does not match) is refused: the old pair keeps serving.
+    (cert_dir / "tls.key").write_bytes(b"not a key")
+    await asyncio.sleep(0.4)
+    assert await asyncio.to_thread(peer_serial, port, cert_dir / "ca.crt") == first
+    ca = tls.CA(cert_dir / "ca.crt", cert_dir / "ca.key")
+    await asyncio.to_thread(tls.issue, ca, cert_dir, ip_addresses=["127.0.0.1"])
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        if await asyncio.to_thread(peer_serial, port, cert_dir / "ca.crt") != first:
+            break
+    else:
+        pytest.fail("the rotated certificate was never served")
+    assert running.reloader is not None
+    assert running.reloader.reloads == 1
+    assert await running.serving()
+
+
+async def test_registration_is_checked() -> None:
+    srv = server.Server(server.Options(bind_address="127.0.0.1:0"))
+    srv.register("/validate-x", reviews.Recording())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="registered at /validate-x already"):
+        srv.register("/validate-x", reviews.Recording())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="starts with '/'"):
+        srv.register("validate-y", reviews.Recording())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="already"):
+        srv.register("/convert", reviews.Recording())  # type: ignore[arg-type]
+
+
+async def test_missing_certificates_fail_the_start(tmp_path: pathlib.Path) -> None:
+    srv = server.Server(server.Options(bind_address="127.0.0.1:0", cert_dir=tmp_path))
+    with pytest.raises(tls.TLSError, match=r"tls\.crt"):
+        await srv.start(asyncio.Event())
+    assert not await srv.serving()
+
+
+async def test_the_manager_serves_webhooks_before_its_caches_and_reports_readiness(
+    tmp_path: pathlib.Path,
+) -> None:
+    options = manager.Options(
+        metrics_bind_address="0", health_probe_bind_address="127.0.0.1:0",
+        webhook=server.Options(bind_address="127.0.0.1:0", cert_dir=tmp_path,
+                               self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"])),
+    )  # fmt: skip
+    client = fake.FakeClient()
+    client.registry.register(WIDGETS)
+    mgr = manager.Manager(client, options)  # type: ignore[arg-type]
+
+    async def reconcile(request: Any) -> Any:
+        raise AssertionError("nothing to reconcile")
+
+    builder.Builder(mgr).for_(WIDGETS).with_validator(reviews.Recording()).complete(reconcile)
+    srv = mgr.webhook_server
+    assert srv is mgr.webhook_server  # one server
+    assert srv.paths == ["/validate-test-dev-v1-widget"]
+
+    # The caches never sync (the fake client's list of widgets is held): the webhook
+    # server is serving anyway, and /readyz reports both.
+    gate = asyncio.Event()
+    original = client.list
+
+    async def held_list(*args: Any, **kwargs: Any) -> Any:
+        await gate.wait()
+        return await original(*args, **kwargs)
+
+    client.list = held_list  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    try:
+        for _ in range(100):
+            if srv.address is not None and mgr.probe_address is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert srv.address is not None
+        assert await srv.serving()
+        url = f"http://127.0.0.1:{mgr.probe_address[1]}/readyz?verbose"  # type: ignore[index]
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            text = await response.text()
+        assert response.status == 503
+        assert "[+]webhook ok" in text
+        assert "[-]caches failed" in text
+    finally:
+        gate.set()
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert srv.address is None
