@@ -42,8 +42,12 @@ and kustomize manifest's arguments start this binary unchanged:
   integrated here, so any value exits 2 naming what is supported (nothing) rather than
   create pods a gang scheduler would never see; KubeRay's own errors (both flags,
   an unknown name) come first.
-- ``ENABLE_WEBHOOKS=true`` in the environment is reported: no admission webhooks are
-  served here.
+- ``ENABLE_WEBHOOKS=true`` in the environment (KubeRay's switch) serves the validating
+  webhooks of :mod:`controllers.webhooks` over HTTPS on ``--webhook-bind-address``
+  (``:9443``) with ``tls.crt``/``tls.key`` from ``--webhook-cert-dir``
+  (``/tmp/k8s-webhook-server/serving-certs``, where KubeRay's manifests mount the
+  Secret), reloaded when the Secret is rotated; ``/readyz`` then includes the server.
+  ``config/overlays/webhooks`` and the chart's ``webhooks.enabled`` deploy it.
 
 The manager registers every reconciler :func:`controllers.setup` knows, then
 serves ``/metrics`` and ``/healthz``/``/readyz`` and runs until SIGTERM or SIGINT
@@ -80,12 +84,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict, SettingsError
 
 import controllers
-from controllers import configuration, features, rayservice
+from controllers import configuration, features, rayservice, webhooks
 from controllers.raycluster import pods as raycluster_pods
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
 from runtime import log, manager
 from runtime.client import client as client_
+from runtime.webhook import server as webhook_server
 
 __all__ = ["Settings", "main"]
 
@@ -151,6 +156,13 @@ class Settings(BaseSettings):
     )
     serve_poll_max: float = Field(
         10.0, ge=2.0, description="longest seconds between Serve polls of a ready RayService"
+    )
+    webhook_bind_address: str = Field(
+        ":9443", description="host:port of the webhook server (with ENABLE_WEBHOOKS=true)"
+    )
+    webhook_cert_dir: pathlib.Path = Field(
+        webhook_server.Options().cert_dir,
+        description="where the webhook server's tls.crt and tls.key are (reloaded on change)",
     )
 
     feature_gates: str = Field(
@@ -392,8 +404,6 @@ def _report(settings: Settings, overridden: Sequence[str]) -> None:
         logger.warning("flags ignored: --config replaces them, as in KubeRay", flags=overridden)
     if settings.forced_cluster_upgrade:
         logger.warning("--forced-cluster-upgrade has no effect (deprecated in KubeRay too)")
-    if os.environ.get("ENABLE_WEBHOOKS") == "true":
-        logger.warning("ENABLE_WEBHOOKS=true: no admission webhooks are served by this operator")
 
 
 async def _client(settings: Settings) -> client_.Client:
@@ -443,6 +453,9 @@ async def _run(
             leader_election_namespace=settings.leader_election_namespace,
             events=controllers.EVENT_OPTIONS,
             cache_by_resource=controllers.cache_by_resource(),
+            webhook=webhook_server.Options(
+                bind_address=settings.webhook_bind_address, cert_dir=settings.webhook_cert_dir
+            ),
         ),
     )
     controllers.setup(
@@ -452,6 +465,11 @@ async def _run(
         raycluster_options=_raycluster_options(config),
         enable_metrics=settings.enable_metrics,
     )
+    if os.environ.get("ENABLE_WEBHOOKS") == "true":
+        paths = webhooks.setup(mgr)
+        structlog.get_logger("controllers.main").info(
+            "serving validating webhooks", paths=paths, address=settings.webhook_bind_address
+        )
     return await manager.serve(mgr)
 
 

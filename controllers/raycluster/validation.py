@@ -40,7 +40,7 @@ from typing import Any
 from api import v1
 from controllers.raycluster import auth, names
 
-__all__ = ["SERVICE_TYPES", "problems", "service_template_problems"]
+__all__ = ["SERVICE_TYPES", "admission_problems", "problems", "service_template_problems"]
 
 _LABEL_MAX = 63
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -59,6 +59,27 @@ def problems(cluster: v1.RayCluster) -> list[str]:
     """
     found = _metadata_problems(names.name_of(cluster))
     found += _spec_problems(cluster)
+    return found
+
+
+def admission_problems(cluster: Mapping[str, Any]) -> list[str]:
+    """What KubeRay v1.7.0's RayCluster admission webhook refuses, of a RayCluster as the
+    API server sends it: the name (:func:`problems`' name rules) and worker group names
+    used twice. The webhook checks only these; the rest is :func:`problems`' at reconcile.
+
+    >>> admission_problems({"metadata": {"name": "c"}, "spec": {"workerGroupSpecs": [
+    ...     {"groupName": "g"}, {"groupName": "g"}]}})
+    ["worker group names must be unique: 'g' appears more than once"]
+    """
+    meta = cluster.get("metadata") or {}
+    found = _metadata_problems(str(meta.get("name") or ""))
+    seen: set[str] = set()
+    for group in (cluster.get("spec") or {}).get("workerGroupSpecs") or []:
+        name = str((group or {}).get("groupName", ""))
+        if name in seen:
+            found.append(f"worker group names must be unique: {name!r} appears more than once")
+            break  # KubeRay reports the first one
+        seen.add(name)
     return found
 
 

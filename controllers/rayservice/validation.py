@@ -87,6 +87,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "SUPPORTED_UPGRADE_TYPES",
     "Validated",
+    "admission_problems",
     "initializing_timeout",
     "problems",
     "serve_config",
@@ -491,6 +492,24 @@ starting with a letter and ending with a letter or digit)"
     except pydantic.ValidationError as exc:
         return Validated(problems=tuple(v1.meta.error_messages(exc, root="spec")))
     return Validated(spec=typed, serve_config=config, initializing_timeout=timeout)
+
+
+def admission_problems(service: Mapping[str, Any]) -> list[str]:
+    """What KubeRay v1.7.0's RayService admission webhook refuses: the name and the
+    :data:`INITIALIZING_TIMEOUT_ANNOTATION` (the rules of :func:`problems` for these two).
+    The webhook checks only these; the rest is :func:`problems`' at reconcile.
+
+    >>> admission_problems({"metadata": {"name": "s", "annotations": {
+    ...     INITIALIZING_TIMEOUT_ANNOTATION: "-1"}}})
+    ["annotation ray.io/initializing-timeout must be a positive number of seconds, got '-1'"]
+    """
+    found = _name_problems((service.get("metadata") or {}).get("name"))
+    value = _annotations(service).get(INITIALIZING_TIMEOUT_ANNOTATION)
+    if value is not None and value != "":
+        _, problem = _timeout(str(value))
+        if problem is not None:
+            found.append(problem)
+    return found
 
 
 def problems(service: Mapping[str, Any], *, incremental: bool = True) -> list[str]:
