@@ -107,3 +107,8 @@ manager would only exit at start-up (`--batch-scheduler` exits 2), crash-looping
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled: with metrics disabled the manager serves no /metrics and the chart creates no metrics Service" }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret with the webhook server's tls.crt and tls.key (webhooks.secretName). */}}
+{{- define "rayservice-operator.webhookSecret" -}}
+{{- .Values.webhooks.secretName | default (printf "%s-webhook-server-cert" (include "rayservice-operator.fullname" .)) }}
+{{- end }}
