@@ -216,3 +216,112 @@ async def test_the_manager_serves_webhooks_before_its_caches_and_reports_readine
         stop.set()
         await asyncio.wait_for(task, 10)
     assert srv.address is None
+
+
+# -- CA injection (on the fake client) ---------------------------------------------------------
+
+
+def _configuration(kind: str, name: str, hooks: int) -> dict[str, Any]:
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": name},
+            "webhooks": [{"name": f"h{i}.test.dev", "clientConfig": {"url": "https://x"}}
+                         for i in range(hooks)]}  # fmt: skip
+
+
+async def test_ca_injection_writes_every_webhook_once_and_retries_conflicts() -> None:
+    from runtime.client import errors
+    from runtime.webhook import cainject
+
+    client = fake.FakeClient()
+    for resource in (cainject.VALIDATING, cainject.MUTATING, cainject.CRDS):
+        client.registry.register(resource)
+    await client.create(_configuration("ValidatingWebhookConfiguration", "v", 2))
+    await client.create(_configuration("MutatingWebhookConfiguration", "m", 1))
+    await client.create({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.test.dev"},
+        "spec": {"conversion": {"strategy": "Webhook", "webhook": {
+            "clientConfig": {"url": "https://x/convert"}}}},
+    })  # fmt: skip
+    await client.create({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "plain.test.dev"}, "spec": {"conversion": {"strategy": "None"}},
+    })  # fmt: skip
+    update = client.update
+    conflicts = [errors.Conflict(409, "Conflict", "the object has been modified")]
+
+    async def conflicting(obj: dict[str, Any], **kwargs: Any) -> Any:
+        if conflicts:
+            raise conflicts.pop()
+        return await update(obj, **kwargs)
+
+    client.update = conflicting  # type: ignore[method-assign]
+    await cainject.inject(client, b"PEM", validating=["v"], mutating=["m"],  # type: ignore[arg-type]
+                          crds=["widgets.test.dev"])  # fmt: skip
+    bundle = "UEVN"  # base64 of b"PEM"
+    validating = await client.get(cainject.VALIDATING, None, "v")
+    assert [h["clientConfig"]["caBundle"] for h in validating["webhooks"]] == [bundle, bundle]
+    mutating = await client.get(cainject.MUTATING, None, "m")
+    assert mutating["webhooks"][0]["clientConfig"] == {"url": "https://x", "caBundle": bundle}
+    crd = await client.get(cainject.CRDS, None, "widgets.test.dev")
+    assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"] == bundle
+    # The same bundle again: nothing is written.
+    writes = client.writes()
+    await cainject.inject(client, b"PEM", validating=["v"], mutating=["m"],  # type: ignore[arg-type]
+                          crds=["widgets.test.dev"])  # fmt: skip
+    assert client.writes() == writes
+    with pytest.raises(ValueError, match="does not use the Webhook conversion strategy"):
+        await cainject.inject(client, b"PEM", crds=["plain.test.dev"])  # type: ignore[arg-type]
+    with pytest.raises(errors.NotFound):
+        await cainject.inject(client, b"PEM", validating=["missing"])  # type: ignore[arg-type]
+
+
+async def test_registration_after_start_and_injection_without_a_client_fail(
+    tmp_path: pathlib.Path,
+) -> None:
+    srv = server.Server(server.Options(
+        bind_address="127.0.0.1:0", cert_dir=tmp_path,
+        self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"], validating_configurations=["v"]),
+    ))  # fmt: skip
+    with pytest.raises(RuntimeError, match="needs a client"):
+        await srv.start(asyncio.Event())
+    with pytest.raises(RuntimeError, match="before the server starts"):
+        srv.register("/late", reviews.Recording())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="before the server starts"):
+        srv.register_conversion("test.dev", "Widget", reviews.Widgets())
+    assert srv.address is None  # the listener was closed on the way out
+
+
+async def test_a_handler_that_raises_is_answered_500_and_a_failed_conversion_is_a_failure(
+    tmp_path: pathlib.Path,
+) -> None:
+    class Broken:
+        async def handle(self, request: Any) -> Any:
+            raise RuntimeError("broken handler")
+
+    srv = server.Server(server.Options(
+        bind_address="127.0.0.1:0", cert_dir=tmp_path,
+        self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"]),
+    ))  # fmt: skip
+    srv.register("/broken", Broken())
+    srv.register_conversion("test.dev", "Widget", reviews.Widgets())
+    stop = asyncio.Event()
+    task = asyncio.create_task(srv.start(stop))
+    try:
+        for _ in range(100):
+            if srv.address is not None:
+                break
+            await asyncio.sleep(0.05)
+        status, body = await post(srv, "/broken", reviews.review())
+        assert status == 200
+        assert body["response"]["allowed"] is False
+        assert body["response"]["status"]["code"] == 500
+        assert (
+            body["response"]["status"]["message"] == "internal error: RuntimeError: broken handler"
+        )
+        status, body = await post(srv, "/convert", reviews.conversion_review(
+            "test.dev/v9", reviews.widget("v1", {"size": 1})))  # fmt: skip
+        assert body["response"]["result"]["status"] == "Failure"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
