@@ -161,7 +161,8 @@ class Settings(BaseSettings):
         ":9443", description="host:port of the webhook server (with ENABLE_WEBHOOKS=true)"
     )
     webhook_cert_dir: pathlib.Path = Field(
-        webhook_server.Options().cert_dir,
+        # KubeRay's manifests mount the Secret here (controller-runtime's default on Linux).
+        pathlib.Path("/tmp/k8s-webhook-server/serving-certs"),
         description="where the webhook server's tls.crt and tls.key are (reloaded on change)",
     )
 

@@ -219,6 +219,13 @@ async def test_validating_webhook_run_by_the_manager_refuses_with_our_message(
                                       configmap("warned", namespace, deprecated="1"))  # fmt: skip
             assert code == 0, out
             assert "Warning: key 'deprecated' will go away" in out
+            # Every call was counted, under controller-runtime's metric names.
+            calls = runtime.metrics.registry.get_sample_value(
+                "controller_runtime_webhook_requests_total",
+                {"webhook": server.validate_path(CONFIGMAPS), "code": "200"},
+            )
+            assert calls is not None
+            assert calls >= 3  # the refusal, kubectl's refusal, the warned create
             # /readyz includes the webhook server.
             probe = mgr.probe_address
             assert probe is not None
