@@ -284,7 +284,8 @@ class Manager:
             early = [r for r in self._runnables if _before_caches(r)]
             started.extend(self._launch(r) for r in early)
             await self.cache.start()
-            if not await self._wait_for_caches(stop):
+            if not await self._wait_for_caches(stop, started):
+                self._raise_if_failed(stop, started, None)
                 return
             self._caches_ready = True
             self.log.info("caches synced")
@@ -315,19 +316,26 @@ class Manager:
         finally:
             await self._shutdown(started, elector_task, elector_stop, failure)
 
-    async def _wait_for_caches(self, stop: asyncio.Event) -> bool:
-        """True once the caches synced, False if ``stop`` was set first."""
+    async def _wait_for_caches(self, stop: asyncio.Event, early: list[_Started]) -> bool:
+        """True once the caches synced, False if ``stop`` was set or an ``early`` runnable
+        ended first (the caller tells which)."""
         timeout = self.options.cache_sync_timeout
+        halt = asyncio.Event()
+        watcher = asyncio.ensure_future(aio.wait_first(stop, tasks=[s.task for s in early]))
+        watcher.add_done_callback(lambda _: halt.set())
         try:
             synced = await aio.wait_unless_stopped(
-                self.cache.wait_for_sync(), stop, timeout, "cache-sync"
+                self.cache.wait_for_sync(), halt, timeout, "cache-sync"
             )
         except TimeoutError:
             raise TimeoutError(
                 f"caches did not sync within {timeout} s "
                 "(is the CRD installed, and does RBAC allow list/watch?)"
             ) from None
-        if not synced:
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        if not synced and stop.is_set():
             self.log.info("stop requested while waiting for the caches")
         return synced
 

@@ -325,3 +325,38 @@ async def test_a_handler_that_raises_is_answered_500_and_a_failed_conversion_is_
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+async def test_a_webhook_server_that_cannot_listen_fails_the_manager_while_caches_sync(
+    tmp_path: pathlib.Path,
+) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        options = manager.Options(
+            metrics_bind_address="0", health_probe_bind_address="0", cache_sync_timeout=30,
+            webhook=server.Options(bind_address=f"127.0.0.1:{port}", cert_dir=tmp_path,
+                                   self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"])),
+        )  # fmt: skip
+        client = fake.FakeClient()
+        client.registry.register(WIDGETS)
+        mgr = manager.Manager(client, options)  # type: ignore[arg-type]
+        server.register_for(mgr.webhook_server, WIDGETS, validator=reviews.Recording())
+        mgr.cache.informer(WIDGETS)
+        gate = asyncio.Event()  # the caches never sync: only the failure can end the start
+        original = client.list
+
+        async def held_list(*args: Any, **kwargs: Any) -> Any:
+            await gate.wait()
+            return await original(*args, **kwargs)
+
+        client.list = held_list  # type: ignore[method-assign]
+        began = asyncio.get_running_loop().time()
+        with pytest.raises(RuntimeError, match="failed") as failed:
+            await asyncio.wait_for(mgr.start(asyncio.Event()), 10)
+        assert isinstance(failed.value.__cause__, OSError)
+        assert asyncio.get_running_loop().time() - began < 5
+        gate.set()
