@@ -1,11 +1,14 @@
 """The delegated-auth middleware over real HTTP on loopback, with a fake API server
 answering the TokenReviews and SubjectAccessReviews: the status codes, what each review
 asks, what is cached and for how long, and that a review that cannot be made never lets
-a request through."""
+a request through; and the manager serving ``/metrics`` that way with ``metrics_secure``."""
 
 from __future__ import annotations
 
 import asyncio
+import pathlib
+import ssl
+import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +18,8 @@ from aiohttp import test_utils, web
 
 from runtime import delegatedauth, manager
 from runtime.testing import clock as fake_clock
+from runtime.testing import fake
+from tests.unit import helpers
 
 ALICE = {"username": "system:serviceaccount:ns:alice", "uid": "u-1",
          "groups": ["system:serviceaccounts", "system:authenticated"],
@@ -275,3 +280,60 @@ def test_secure_metrics_needs_a_certificate_and_certificates_need_secure_metrics
     with pytest.raises(ValueError, match="need metrics_secure=True"):
         manager.Options(metrics_cert_dir="/certs")
     assert manager.Options(metrics_secure=True, metrics_cert_dir="/certs").metrics_secure
+
+
+class ReviewingFake(fake.FakeClient):
+    """The fake client, answering reviews as :class:`FakeApiServer` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.api = FakeApiServer()
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, request_timeout: float | None = None
+    ) -> Any:
+        return await self.api.request(method, path, body=body, request_timeout=request_timeout)
+
+
+@pytest.fixture
+def self_signed(tmp_path: pathlib.Path) -> pathlib.Path:
+    """``tls.crt``/``tls.key`` for 127.0.0.1 in ``tmp_path``."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", "tls.key", "-out", "tls.crt", "-days", "1", "-subj", "/CN=m",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        cwd=tmp_path, check=True, capture_output=True,
+    )  # fmt: skip
+    return tmp_path
+
+
+async def test_the_manager_serves_metrics_over_tls_behind_the_reviews(
+    self_signed: pathlib.Path,
+) -> None:
+    tmp_path = self_signed
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client = ReviewingFake()
+    mgr = manager.Manager(client, manager.Options(  # type: ignore[arg-type]
+        metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+        metrics_secure=True, metrics_ssl_context=server_tls))  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    try:
+        host, port = await helpers.eventually(lambda: mgr.metrics_address, what="serving")
+        trust = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            for token, expected in (("alice-token", 200), ("bob-token", 403), (None, 401)):
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                url = f"https://{host}:{port}/metrics"
+                async with session.get(url, headers=headers, ssl=trust) as response:
+                    assert response.status == expected, token
+                    if expected == 200:
+                        assert "python_info" in await response.text()
+            with pytest.raises(aiohttp.ClientError):
+                async with session.get(f"http://{host}:{port}/metrics") as response:
+                    await response.read()
+        assert client.api.paths().count(delegatedauth.SUBJECT_ACCESS_REVIEWS) == 2
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
