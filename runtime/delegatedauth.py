@@ -131,7 +131,9 @@ class User:
             name=str(user.get("username", "")),
             uid=str(user.get("uid", "")),
             groups=tuple(str(g) for g in user.get("groups") or ()),
-            extra=tuple(sorted((str(k), tuple(str(v) for v in vs)) for k, vs in extra.items())),
+            extra=tuple(
+                sorted((str(k), tuple(str(v) for v in vs or ())) for k, vs in extra.items())
+            ),
         )
 
 

@@ -337,3 +337,13 @@ async def test_the_manager_serves_metrics_over_tls_behind_the_reviews(
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+
+
+def test_a_reviews_user_becomes_a_hashable_user() -> None:
+    user = delegatedauth.User.from_review(
+        {"username": "u", "groups": None, "extra": {"b": ["2", "1"], "a": None}}
+    )
+    assert user == delegatedauth.User("u", extra=(("a", ()), ("b", ("2", "1"))))
+    assert {user: 1}[
+        delegatedauth.User.from_review({"username": "u", "extra": {"a": [], "b": ["2", "1"]}})
+    ] == 1
