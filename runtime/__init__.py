@@ -30,7 +30,9 @@ The pieces, bottom up (each module's docstring is its contract):
   wires a reconciler to resources; :mod:`runtime.events` records Events
   without storms; :mod:`runtime.log` configures structlog.
 - :mod:`runtime.metrics`: the Prometheus registry the framework reports into
-  (``workqueue_*`` and ``controller_runtime_*`` series).
+  (``workqueue_*`` and ``controller_runtime_*`` series); :mod:`runtime.delegatedauth`
+  lets only callers the API server authenticates and authorizes read it
+  (``ManagerOptions(metrics_secure=True)``).
 - :mod:`runtime.clock` and :mod:`runtime.testing`: injectable time and the test kit.
 
 A minimal controller:
@@ -49,6 +51,7 @@ from runtime import (
     client,
     clock,
     controller,
+    delegatedauth,
     events,
     handler,
     leaderelection,
@@ -86,6 +89,7 @@ __all__ = [
     "client",
     "clock",
     "controller",
+    "delegatedauth",
     "events",
     "handler",
     "leaderelection",
