@@ -49,15 +49,17 @@ COVERAGE_DIR := build/coverage
 
 # One run: pytest under coverage.py (branch, subprocesses too: [tool.coverage] in
 # pyproject.toml), then the table and the floors (the total's `fail_under` in pyproject,
-# per-package ones in hack/coverage_floor.py). Fails if the tests or a floor fail.
+# per-package ones in hack/coverage_floor.py), and the failed tests again (hack/test_failures.py:
+# CI shows only the tail). Fails if the tests or a floor fail.
 .PHONY: test
 test: $(STAMP) controlplane ray helm traefik gateway-api ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
 	@rm -rf $(COVERAGE_DIR)
-	@status=0; $(PY) -m coverage run -m pytest || status=$$?; \
+	@status=0; $(PY) -m coverage run -m pytest --junitxml=$(COVERAGE_DIR)/junit.xml || status=$$?; \
 	$(PY) -m coverage combine -q && \
 	$(PY) -m coverage report || status=$$((status ? status : $$?)); \
 	$(PY) -m coverage json -q -o $(COVERAGE_DIR)/coverage.json --fail-under=0 && \
 	$(PY) hack/coverage_floor.py $(COVERAGE_DIR)/coverage.json || status=$$((status ? status : $$?)); \
+	$(PY) hack/test_failures.py $(COVERAGE_DIR)/junit.xml; \
 	exit $$status
 
 .PHONY: coverage

@@ -49,6 +49,14 @@ and kustomize manifest's arguments start this binary unchanged:
   Secret), reloaded when the Secret is rotated; ``/readyz`` then includes the server.
   ``config/overlays/webhooks`` and the chart's ``webhooks.enabled`` deploy it.
 
+Secure metrics (KubeRay v1.7.0 has no such flags; these are kubebuilder's scaffold's
+names): ``--metrics-secure`` serves ``/metrics`` over HTTPS to callers the API server
+authenticates and authorizes (TokenReview, then a SubjectAccessReview for ``get`` on
+``/metrics``: :mod:`runtime.delegatedauth`), with the certificate ``--metrics-cert-name``
+(``tls.crt``) and key ``--metrics-cert-key`` (``tls.key``) of the directory
+``--metrics-cert-path``, which it needs. Off by default (kubebuilder's default is on):
+KubeRay serves plain HTTP, and its manifests and dashboards scrape that.
+
 The manager registers every reconciler :func:`controllers.setup` knows, then
 serves ``/metrics`` and ``/healthz``/``/readyz`` and runs until SIGTERM or SIGINT
 (a second signal exits at once). It exits 1 when it fails or loses its
@@ -142,6 +150,16 @@ class Settings(BaseSettings):
     health_probe_bind_address: str = Field(
         ":8082", description="host:port for /healthz and /readyz; 0 disables"
     )
+    metrics_secure: bool = Field(
+        False,
+        description="serve /metrics over HTTPS to callers allowed 'get' on /metrics "
+        "(TokenReview + SubjectAccessReview); needs --metrics-cert-path",
+    )
+    metrics_cert_path: pathlib.Path | None = Field(
+        None, description="directory of the metrics server's certificate and key"
+    )
+    metrics_cert_name: str = Field("tls.crt", description="the certificate's file name there")
+    metrics_cert_key: str = Field("tls.key", description="the key's file name there")
     reconcile_concurrency: int = Field(1, ge=1, le=256, description="workers per controller")
     qps: float = Field(100, ge=0, description="client-side requests per second; 0: no limit")
     burst: int = Field(200, ge=1, description="client-side burst above --qps")
@@ -207,7 +225,7 @@ class Settings(BaseSettings):
             return [n.strip() for item in value for n in str(item).split(",") if n.strip()]
         return value
 
-    @field_validator("log_file_path", "config", mode="before")
+    @field_validator("log_file_path", "config", "metrics_cert_path", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         """``--log-file-path ""`` (KubeRay's default) means no file."""
@@ -250,6 +268,13 @@ class Settings(BaseSettings):
                 else "info" if level in ("info", "0") else "error"
             )  # fmt: skip
         _check_batch_scheduler(self.enable_batch_scheduler, self.batch_scheduler)
+        if self.metrics_secure and self.metrics_cert_path is None:
+            raise ValueError(
+                "--metrics-secure needs --metrics-cert-path (a directory holding "
+                f"{self.metrics_cert_name} and {self.metrics_cert_key})"
+            )
+        if self.metrics_cert_path is not None and not self.metrics_secure:
+            raise ValueError("--metrics-cert-path is only used with --metrics-secure")
         return self
 
     @field_validator("feature_gates")
@@ -449,6 +474,7 @@ async def _run(
             namespaces=tuple(dict.fromkeys(settings.namespace)),
             metrics_bind_address=settings.metrics_bind_address,
             health_probe_bind_address=settings.health_probe_bind_address,
+            **_metrics_tls(settings),
             leader_election=settings.leader_elect,
             leader_election_id=settings.leader_election_id,
             leader_election_namespace=settings.leader_election_namespace,
@@ -472,6 +498,18 @@ async def _run(
             "serving validating webhooks", paths=paths, address=settings.webhook_bind_address
         )
     return await manager.serve(mgr)
+
+
+def _metrics_tls(settings: Settings) -> dict[str, Any]:
+    """The manager's secure-metrics options, when ``--metrics-secure``."""
+    if not settings.metrics_secure:
+        return {}
+    return {
+        "metrics_secure": True,
+        "metrics_cert_dir": str(settings.metrics_cert_path),
+        "metrics_cert_name": settings.metrics_cert_name,
+        "metrics_key_name": settings.metrics_cert_key,
+    }
 
 
 def _rayservice_options(

@@ -44,6 +44,8 @@ from typing import Any
 __all__ = [
     "DECLARATIONS",
     "KUBERNETES_PROXY",
+    "METRICS_AUTH",
+    "METRICS_AUTH_ROLE_NAME",
     "PROXY_ROLE_NAME",
     "RAYCLUSTER",
     "RAYSERVICE",
@@ -141,6 +143,21 @@ through ``pods/proxy`` (``get``). Granted by its own ClusterRole
 (:data:`PROXY_ROLE_NAME`, ``config/overlays/kubernetes-proxy``; the Helm chart's
 ``useKubernetesProxy``), so an operator in the default mode cannot reach into pods
 through the API server at all; the e2e suite runs that mode under it."""
+
+METRICS_AUTH: tuple[Rule, ...] = (
+    Rule("authentication.k8s.io", "tokenreviews", "create"),
+    Rule("authorization.k8s.io", "subjectaccessreviews", "create"),
+)
+"""Only with ``--metrics-secure``: each scrape's bearer token is checked with a
+TokenReview and its user's access to ``/metrics`` with a SubjectAccessReview
+(:mod:`runtime.delegatedauth`). Granted by its own ClusterRole
+(:data:`METRICS_AUTH_ROLE_NAME`, ``config/overlays/metrics-secure``; the Helm chart's
+``metrics.secure.enabled``), also when the operator watches only some namespaces: both
+kinds are cluster-scoped. Creating a SubjectAccessReview tells whether any user may do
+anything, so the default deployment, serving plain HTTP, is not given it."""
+
+METRICS_AUTH_ROLE_NAME = "rayservice-operator-metrics-auth-role"
+"""The ClusterRole of :data:`METRICS_AUTH`."""
 
 DECLARATIONS: dict[str, tuple[Rule, ...]] = {"raycluster": RAYCLUSTER, "rayservice": RAYSERVICE}
 """Every reconciler's rules, by reconciler name: what the manager's role must grant."""

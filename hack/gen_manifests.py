@@ -6,7 +6,9 @@ Writes, from the pydantic models in :mod:`api.v1` and the rule declarations in
 
 - ``config/crd/bases/ray.io_rayclusters.yaml``, ``config/crd/bases/ray.io_rayservices.yaml``
 - ``config/rbac/role.yaml``, and ``config/overlays/kubernetes-proxy/proxy_role.yaml``
-  (:data:`controllers.rbac.KUBERNETES_PROXY`: only that mode's rules)
+  (:data:`controllers.rbac.KUBERNETES_PROXY`: only that mode's rules), and
+  ``config/overlays/metrics-secure/metrics_auth_role.yaml``
+  (:data:`controllers.rbac.METRICS_AUTH`: what ``--metrics-secure`` needs)
 - ``config/overlays/webhooks/webhook_configuration.yaml``: the ValidatingWebhookConfiguration
   of :mod:`controllers.webhooks` (its paths and rules), calling the overlay's Service
 - the Helm chart's copies: ``helm-chart/rayservice-operator/crds/`` (the same CRD
@@ -321,11 +323,17 @@ def generate() -> dict[pathlib.Path, str]:
     files[pathlib.Path("config/overlays/kubernetes-proxy/proxy_role.yaml")] = render(
         proxy, "controllers/rbac.py (KUBERNETES_PROXY)"
     )
+    metrics_auth = cluster_role(rbac.METRICS_AUTH, rbac.METRICS_AUTH_ROLE_NAME)
+    files[pathlib.Path("config/overlays/metrics-secure/metrics_auth_role.yaml")] = render(
+        metrics_auth, "controllers/rbac.py (METRICS_AUTH)"
+    )
     files[WEBHOOK_OVERLAY / "webhook_configuration.yaml"] = render(
         webhooks.configuration(WEBHOOK_SERVICE, SYSTEM_NAMESPACE), "controllers/webhooks.py"
     )
     files[CHART / "templates" / "_rules.tpl"] = RULES_TEMPLATE.format(
-        rules=_rules_yaml(role), proxy_rules=_rules_yaml(proxy)
+        rules=_rules_yaml(role),
+        proxy_rules=_rules_yaml(proxy),
+        metrics_auth_rules=_rules_yaml(metrics_auth),
     )
     return files
 
@@ -353,6 +361,14 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
 {{{{- if .Values.useKubernetesProxy }}}}
 {proxy_rules}
 {{{{- end }}}}
+{{{{- end }}}}
+
+{{{{/*
+With metrics.secure.enabled, the rules of config/overlays/metrics-secure/metrics_auth_role.yaml
+(always a ClusterRole: token and access reviews are cluster-scoped).
+*/}}}}
+{{{{- define "rayservice-operator.metricsAuthRules" -}}}}
+{metrics_auth_rules}
 {{{{- end }}}}
 """
 

@@ -30,7 +30,9 @@ The pieces, bottom up (each module's docstring is its contract):
   wires a reconciler to resources; :mod:`runtime.events` records Events
   without storms; :mod:`runtime.log` configures structlog.
 - :mod:`runtime.metrics`: the Prometheus registry the framework reports into
-  (``workqueue_*`` and ``controller_runtime_*`` series).
+  (``workqueue_*`` and ``controller_runtime_*`` series); :mod:`runtime.delegatedauth`
+  lets only callers the API server authenticates and authorizes read it
+  (``ManagerOptions(metrics_secure=True)``).
 - :mod:`runtime.webhook`: admission (validating, mutating) and conversion webhooks
   served by the manager over HTTPS, with :mod:`runtime.tls` for their certificates
   (self-signed generation, reloading on rotation).
@@ -52,6 +54,7 @@ from runtime import (
     client,
     clock,
     controller,
+    delegatedauth,
     events,
     handler,
     leaderelection,
@@ -91,6 +94,7 @@ __all__ = [
     "client",
     "clock",
     "controller",
+    "delegatedauth",
     "events",
     "handler",
     "leaderelection",

@@ -15,14 +15,25 @@
 - ``watches(resource, handler)``: anything else, with your own mapping.
 - ``with_event_filter(predicate)``: applies to every source;
   per-source ``predicates=`` apply to one.
+- ``cache=ByResource(...)`` on ``for_``, ``owns`` or ``watches``: what the
+  manager's cache holds of that resource (label and field selectors, a transform,
+  indexers; :class:`runtime.cache.ByResource`), as ``ManagerOptions.cache_by_resource``
+  would say it. The cache is shared: the selectors hold for every reader of that
+  resource, so they may be given once per resource (by the manager's options or by
+  one builder), before anything else watches it; otherwise ``complete`` raises.
+- ``with_index(resource, name, indexer)``: an index for
+  ``manager.cache.list(resource, index=(name, value))`` in the reconciler
+  (controller-runtime's ``mgr.GetFieldIndexer().IndexField``; also
+  :meth:`runtime.cache.Cache.index_field` directly).
 - ``with_options(**controller.Options fields)``; ``named(name)`` (default: the
   ``for_`` resource's plural, e.g. ``rayservices``).
 - ``with_validator(v)``, ``with_defaulter(d)``, ``with_converter(c)``: webhooks for the
   ``for_`` resource, served by the manager's webhook server at controller-runtime's
   paths (:func:`runtime.webhook.server.register_for`) when ``complete`` runs.
 - ``complete(reconciler)`` builds the :class:`~runtime.controller.Controller`,
-  registers its informers with the manager's cache (so they start, and sync,
-  before leader election) and adds it to the manager.
+  gives the cache the options and indexes above, registers its informers with the
+  manager's cache (so they start, and sync, before leader election) and adds it to
+  the manager.
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ from runtime import handler as handler_
 from runtime import manager as manager_
 from runtime import predicate as predicate_
 from runtime import source as source_
+from runtime.cache import cache as cache_
+from runtime.cache import store as store_
 from runtime.client import resources
 from runtime.webhook import admission, conversion
 from runtime.webhook import server as webhook_
@@ -52,6 +65,8 @@ class Builder:
             tuple[resources.Resource, handler_.EventHandler, tuple[predicate_.Predicate, ...]]
         ] = []
         self._filters: list[predicate_.Predicate] = []
+        self._cache: list[tuple[resources.Resource, cache_.ByResource]] = []
+        self._indexes: list[tuple[resources.Resource, str, store_.Indexer]] = []
         self._options: dict[str, Any] = {}
         self._name: str | None = None
         self._validator: admission.Validator | None = None
@@ -59,12 +74,16 @@ class Builder:
         self._converter: conversion.Converter | None = None
 
     def for_(
-        self, resource: resources.Resource, *, predicates: tuple[predicate_.Predicate, ...] = ()
+        self,
+        resource: resources.Resource,
+        *,
+        predicates: tuple[predicate_.Predicate, ...] = (),
+        cache: cache_.ByResource | None = None,
     ) -> Builder:
         if self._for is not None:
             raise ValueError("for_() may be called once: a controller reconciles one kind")
         self._for = (resource, tuple(predicates))
-        return self
+        return self._cache_options(resource, cache)
 
     def owns(
         self,
@@ -72,11 +91,12 @@ class Builder:
         *,
         predicates: tuple[predicate_.Predicate, ...] = (),
         delay: float = 0.0,
+        cache: cache_.ByResource | None = None,
     ) -> Builder:
         if delay < 0:
             raise ValueError("delay must be >= 0")
         self._owns.append((resource, tuple(predicates), delay))
-        return self
+        return self._cache_options(resource, cache)
 
     def watches(
         self,
@@ -84,8 +104,24 @@ class Builder:
         handler: handler_.EventHandler,
         *,
         predicates: tuple[predicate_.Predicate, ...] = (),
+        cache: cache_.ByResource | None = None,
     ) -> Builder:
         self._watches.append((resource, handler, tuple(predicates)))
+        return self._cache_options(resource, cache)
+
+    def _cache_options(
+        self, resource: resources.Resource, options: cache_.ByResource | None
+    ) -> Builder:
+        if options is not None:
+            if not isinstance(options, cache_.ByResource):
+                raise TypeError(f"cache= for {resource}: expected ByResource, got {options!r}")
+            self._cache.append((resource, options))
+        return self
+
+    def with_index(
+        self, resource: resources.Resource, name: str, indexer: store_.Indexer
+    ) -> Builder:
+        self._indexes.append((resource, name, indexer))
         return self
 
     def with_event_filter(self, predicate: predicate_.Predicate) -> Builder:
@@ -117,6 +153,10 @@ class Builder:
             raise ValueError("call for_(resource) before complete()")
         resource, predicates = self._for
         cache = self.manager.cache
+        for configured, options in self._cache:
+            cache.configure(configured, options)
+        for indexed, name, indexer in self._indexes:
+            cache.index_field(indexed, name, indexer)
         sources: list[source_.Source] = [
             source_.Kind(cache, resource, handler_.for_object(), [*self._filters, *predicates])
         ]

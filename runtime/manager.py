@@ -8,11 +8,13 @@ default for controllers) runs only on the elected leader.
 
 :meth:`Manager.start` order:
 
-1. HTTP servers: metrics (``/metrics``: the framework registry) and probes
-   (``/healthz``, ``/readyz``; named checks, ``?verbose`` lists them); then the
-   runnables whose ``start_before_caches`` attribute is true, which need no leader
-   election: the webhook server (:attr:`Manager.webhook_server`, made on first use
-   with :attr:`Options.webhook`; ``/readyz`` then includes ``webhook``, true once it
+1. HTTP servers: metrics (``/metrics``: the framework registry; with
+   ``metrics_secure``, over HTTPS and only to callers the API server authenticates
+   and authorizes, see :mod:`runtime.delegatedauth`) and probes (``/healthz``,
+   ``/readyz``; named checks, ``?verbose`` lists them); then the runnables whose
+   ``start_before_caches`` attribute is true, which need no leader election: the
+   webhook server (:attr:`Manager.webhook_server`, made on first use with
+   :attr:`Options.webhook`; ``/readyz`` then includes ``webhook``, true once it
    completes a TLS handshake), as a cache may need its conversion webhook to sync;
 2. the cache: every informer registered so far starts; start-up fails with a
    clear error if they do not sync within ``cache_sync_timeout`` (``/readyz``
@@ -53,7 +55,9 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import pathlib
 import signal
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
@@ -62,7 +66,7 @@ import prometheus_client
 import structlog
 from aiohttp import web
 
-from runtime import events, leaderelection, metrics
+from runtime import delegatedauth, events, leaderelection, metrics
 from runtime._internal import aio
 from runtime.cache import cache as cache_
 from runtime.cache import informer as informer_
@@ -130,6 +134,34 @@ class Options:
     metrics_bind_address: str = ":8080"
     """``host:port`` for ``/metrics``; ``"0"`` disables it. Default ``:8080`` (all interfaces)."""
 
+    metrics_secure: bool = False
+    """Serve ``/metrics`` over HTTPS, to callers the API server authenticates (a bearer
+    token, by TokenReview) and authorizes (a SubjectAccessReview for ``get`` on the
+    non-resource URL ``/metrics``): 401 without a valid token, 403 when not allowed
+    (:mod:`runtime.delegatedauth`; controller-runtime's ``SecureServing`` plus
+    ``filters.WithAuthenticationAndAuthorization``). The manager's identity then needs
+    ``create`` on ``tokenreviews`` and ``subjectaccessreviews``. Needs a certificate:
+    ``metrics_cert_dir`` or ``metrics_ssl_context``. Default off: plain HTTP, no checks."""
+
+    metrics_cert_dir: str | None = None
+    """With ``metrics_secure``: the directory holding the serving certificate (chain) and
+    its key, ``metrics_cert_name`` and ``metrics_key_name`` (e.g. a mounted
+    ``kubernetes.io/tls`` Secret), read when the manager starts. Default ``None``."""
+
+    metrics_cert_name: str = "tls.crt"
+    """The certificate's file name in ``metrics_cert_dir``. Default "tls.crt"."""
+
+    metrics_key_name: str = "tls.key"
+    """The key's file name in ``metrics_cert_dir``. Default "tls.key"."""
+
+    metrics_ssl_context: ssl.SSLContext | None = None
+    """With ``metrics_secure``: a ready server-side TLS context instead of
+    ``metrics_cert_dir`` (e.g. one that reloads rotated certificate files). Default ``None``."""
+
+    metrics_auth: delegatedauth.Options = dataclasses.field(default_factory=delegatedauth.Options)
+    """With ``metrics_secure``: review timeout and how long answers are cached. Default
+    :class:`runtime.delegatedauth.Options` (60 s for tokens and allows, 30 s for denials)."""
+
     health_probe_bind_address: str = ":8081"
     """``host:port`` for ``/healthz`` and ``/readyz``; ``"0"`` disables. Default ``:8081``."""
 
@@ -180,6 +212,36 @@ class Options:
         object.__setattr__(self, "namespaces", names)
         # Read-only, keyed by str(resource), hashable; bad entries fail here.
         object.__setattr__(self, "cache_by_resource", cache_.by_resource_of(self.cache_by_resource))
+        _check_metrics_tls(self)
+
+
+def _check_metrics_tls(options: Options) -> None:
+    """TLS settings only with ``metrics_secure``, which needs one of them."""
+    given = options.metrics_cert_dir is not None or options.metrics_ssl_context is not None
+    if given and not options.metrics_secure:
+        raise ValueError("metrics_cert_dir / metrics_ssl_context need metrics_secure=True")
+    # Where a self-signed default would go (controller-runtime generates one when no
+    # CertDir is given): accept neither here and build it in _metrics_ssl_context.
+    if options.metrics_secure and not given:
+        raise ValueError(
+            "metrics_secure needs a serving certificate: metrics_cert_dir (tls.crt and "
+            "tls.key there) or metrics_ssl_context"
+        )
+
+
+def _metrics_ssl_context(options: Options) -> ssl.SSLContext:
+    """The metrics server's TLS context: ``metrics_ssl_context``, else the files of
+    ``metrics_cert_dir`` (read now: a rotated certificate is read at the next start)."""
+    if options.metrics_ssl_context is not None:
+        return options.metrics_ssl_context
+    assert options.metrics_cert_dir is not None  # _check_metrics_tls
+    directory = pathlib.Path(options.metrics_cert_dir)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(
+        directory / options.metrics_cert_name, directory / options.metrics_key_name
+    )
+    return context
 
 
 def _election_options(options: Options) -> leaderelection.Options | None:
@@ -450,9 +512,14 @@ class Manager:
     async def _start_servers(self) -> None:
         metrics_at = _parse_address(self.options.metrics_bind_address)
         if metrics_at is not None:
+            tls: ssl.SSLContext | None = None
             app = web.Application()
+            if self.options.metrics_secure:
+                tls = _metrics_ssl_context(self.options)
+                auth = delegatedauth.DelegatedAuth(self.client, self.options.metrics_auth)
+                app.middlewares.append(auth.middleware)
             app.router.add_get("/metrics", self._serve_metrics)
-            self.metrics_address = await self._serve(app, metrics_at)
+            self.metrics_address = await self._serve(app, metrics_at, tls)
         probes_at = _parse_address(self.options.health_probe_bind_address)
         if probes_at is not None:
             app = web.Application()
@@ -460,10 +527,12 @@ class Manager:
             app.router.add_get("/readyz", self._serve_readyz)
             self.probe_address = await self._serve(app, probes_at)
 
-    async def _serve(self, app: web.Application, address: tuple[str, int]) -> tuple[str, int]:
+    async def _serve(
+        self, app: web.Application, address: tuple[str, int], tls: ssl.SSLContext | None = None
+    ) -> tuple[str, int]:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, address[0], address[1])
+        site = web.TCPSite(runner, address[0], address[1], ssl_context=tls)
         await site.start()
         self._sites.append(runner)
         server = site._server

@@ -48,6 +48,13 @@
   selectors let in - a reconciler that would create what it cannot see would
   create it again and again (AlreadyExists); read anything else with the client.
   Resources without an entry are cached whole (the default).
+- **Options after construction** (controller-runtime's ``FieldIndexer.IndexField``, and
+  its ``ByObject`` given late): :meth:`Cache.index_field` adds a named index to one
+  resource at any time, also to a running informer (an index is built on its first
+  query); :meth:`Cache.configure` gives a resource its :class:`ByResource` until its
+  informer exists - afterwards the selectors could no longer apply, so it raises, as it
+  does for a resource already configured (one set of options per resource: the cache is
+  shared by every reader). :class:`runtime.builder.Builder` calls both.
 - A read of a namespaced resource **in a namespace the cache does not watch**
   (``get``, or ``list`` given that namespace) raises :class:`NamespaceNotWatched`,
   as controller-runtime's multi-namespace cache errors for an unknown namespace:
@@ -245,6 +252,40 @@ class Cache:
         self._started = False
         client.add_write_observer(self._on_write)
         client.add_delete_observer(self._on_delete)
+
+    def configure(self, resource: resources.Resource, options: ByResource) -> None:
+        """Hold of ``resource`` what ``options`` say (see the module docstring): a
+        ``ValueError`` if it already has options or one of its indexes' names is taken,
+        a ``RuntimeError`` once its informer exists."""
+        name = str(resource)
+        if not isinstance(options, ByResource):
+            raise TypeError(f"cache options for {name}: expected ByResource, got {options!r}")
+        if name in self.by_resource:
+            raise ValueError(f"cache options for {name} given twice")
+        if resource in self._informers:
+            raise RuntimeError(
+                f"cache options for {name} come too late: its informer exists (give them "
+                "before anything reads or watches it, e.g. in the manager's options)"
+            )
+        mine = self.indexers.get(name, {})
+        for index in options.indexers:
+            if index in mine:
+                raise ValueError(f"index {index!r} of {name} given twice")
+        self.by_resource = FrozenMap({**self.by_resource, name: options})
+        self.indexers.setdefault(name, {}).update(options.indexers)
+
+    def index_field(self, resource: resources.Resource, name: str, indexer: store_.Indexer) -> None:
+        """Add the index ``name`` (``indexer(obj)`` -> the values it is found under) to
+        ``resource``, for ``list(resource, index=(name, value))``; a ``ValueError`` if the
+        resource has an index of that name already."""
+        mine = self.indexers.setdefault(str(resource), {})
+        found = self._informers.get(resource)
+        taken = set(mine) | (set(found.store.indexers) if found is not None else set())
+        if name in taken or name in ("namespace", "owner"):
+            raise ValueError(f"index {name!r} of {resource} given twice")
+        mine[name] = indexer
+        if found is not None:
+            found.store.indexers[name] = indexer  # built on its first query
 
     def informer(self, resource: resources.Resource) -> informer_.SharedInformer:
         """The informer for ``resource``, created on first use; started at once if the

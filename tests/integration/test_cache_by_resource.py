@@ -1,12 +1,15 @@
 """Per-resource cache options against kube-apiserver: the selectors reach the server on list
 and watch, so a Pod outside them never reaches the store (nor the handlers), one inside does,
-and one that leaves them leaves the cache."""
+and one that leaves them leaves the cache. Given through the builder, with an index, they are
+what a reconciler run by a manager sees."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import runtime
+from runtime import manager as manager_
 from runtime.cache import cache as cache_
 from runtime.client import client as client_
 from runtime.client import errors, resources
@@ -108,3 +111,62 @@ async def test_a_field_selector_keeps_other_pods_out_of_the_store(
         cache.verify()
     finally:
         await cache.stop()
+
+
+CM = resources.default_registry.for_kind("v1", "ConfigMap")
+
+
+def colour_index(obj: dict[str, Any]) -> list[str]:
+    return [obj.get("data", {}).get("colour", "")]
+
+
+async def test_a_reconciler_lists_by_a_builder_index_over_the_builders_selector(
+    control_plane: controlplane.ControlPlane, client: client_.Client, namespace: str
+) -> None:
+    """A manager on kube-apiserver whose only controller is built with
+    ``for_(ConfigMaps, cache=ByResource(label_selector=...))`` and ``with_index``: the
+    unlabelled ConfigMap is never reconciled nor found by the index, and the index
+    follows an update."""
+    mgr = manager_.Manager(client, manager_.Options(
+        namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
+        graceful_shutdown_timeout=5.0))  # fmt: skip
+    reconciled: list[str] = []
+    red: list[list[str]] = []
+
+    async def reconcile_(request: runtime.Request) -> runtime.Result:
+        reconciled.append(request.name)
+        found = await mgr.cache.list(CM, index=("colour", "red"))
+        red.append(sorted(o["metadata"]["name"] for o in found))
+        return runtime.Result()
+
+    (
+        runtime.Builder(mgr)
+        .for_(CM, cache=cache_.ByResource(label_selector="app=mine"))
+        .with_index(CM, "colour", colour_index)
+        .named(f"cm-colours-{namespace}")
+        .complete(reconcile_)
+    )
+
+    def configmap(name: str, colour: str, **labels: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "data": {"colour": colour}}  # fmt: skip
+
+    await client.create(configmap("theirs", "red"))  # before the start: the list skips it
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    try:
+        await client.create(configmap("a", "red", app="mine"))
+        await client.create(configmap("b", "blue", app="mine"))
+        await client.create(configmap("late", "red"))  # while watching: the watch skips it
+        await helpers.eventually(lambda: {"a", "b"} <= set(reconciled), 30, "a and b")
+        assert red[-1] == ["a"]
+        b = await client.get(CM, namespace, "b")
+        b["data"]["colour"] = "red"
+        await client.update(b)
+        await helpers.eventually(lambda: red[-1] == ["a", "b"], 30, "b turning red")
+        assert set(reconciled) == {"a", "b"}, "the unlabelled ConfigMaps were never seen"
+        assert len((await client.list(CM, namespace)).items) >= 4  # the client sees them all
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)

@@ -7,6 +7,8 @@ leader-election Role's ``config/rbac/leader_election_role.yaml``'s; the Deployme
 are flags ``rayservice-manager`` accepts with the meaning the values give them. With
 ``watchNamespace`` (or ``singleNamespaceInstall``) a Role and a RoleBinding in each
 watched namespace replace the ClusterRole, and the manager gets ``--namespace``.
+``metrics.secure`` adds ``--metrics-secure`` with its certificate Secret mounted, the
+ClusterRoles of ``config/overlays/metrics-secure`` and an HTTPS ServiceMonitor endpoint.
 
 KubeRay v1.7.0's own values file (``testdata/kuberay-v1.7.0/values.yaml``, verbatim)
 renders, every argument is a flag ``rayservice-manager --help`` lists, and each of its
@@ -574,6 +576,51 @@ def test_service_monitor_scrapes_the_metrics_service(helm: pathlib.Path) -> None
     assert "metrics.serviceMonitor.enabled needs metrics.enabled" in refused(
         helm, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.enabled=false"
     )
+
+
+def test_metrics_secure_adds_the_flags_the_certificate_the_roles_and_an_https_monitor(
+    helm: pathlib.Path,
+) -> None:
+    default = template(helm, "--set", "metrics.serviceMonitor.enabled=true")
+    assert not parse(manager_container(default)["args"]).metrics_secure
+    assert [o["metadata"]["name"] for o in default if o["kind"] == "ClusterRole"] == [
+        "rayservice-operator"
+    ]
+    objs = template(
+        helm, "--set", "metrics.secure.enabled=true", "--set", "metrics.secure.certSecret=mc",
+        "--set", "metrics.serviceMonitor.enabled=true", "--set", "watchNamespace={a}",
+        namespace="ops", release="rso",
+    )  # fmt: skip
+    container = manager_container(objs)
+    settings = parse(container["args"])
+    assert settings.metrics_secure
+    cert_dir = str(settings.metrics_cert_path)
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == cert_dir]
+    pod = only(objs, "Deployment")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume == {"name": mount["name"], "secret": {"secretName": "mc"}}
+    # Cluster-scoped roles even with watchNamespace: the reviews are cluster-scoped.
+    roles = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ClusterRole"}
+    overlay = "config/overlays/metrics-secure"
+    auth, reader = (roles[f"rso-rayservice-operator-metrics-{x}"] for x in ("auth", "reader"))
+    assert auth["rules"] == config(f"{overlay}/metrics_auth_role.yaml")["rules"]
+    assert reader["rules"] == config(f"{overlay}/metrics_reader_role.yaml")["rules"]
+    [binding] = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == "rso-rayservice-operator-metrics-auth"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rso-rayservice-operator",
+                                    "namespace": "ops"}]  # fmt: skip
+    [port] = only(objs, "Service")["spec"]["ports"]
+    [endpoint] = only(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert (port["name"], endpoint["port"], endpoint["scheme"]) == ("https", "https", "https")
+    assert endpoint["tlsConfig"] == {"serverName": "rso-rayservice-operator.ops.svc",
+                                     "ca": {"secret": {"name": "mc", "key": "ca.crt"}}}  # fmt: skip
+    assert "metrics.secure.enabled needs metrics.secure.certSecret" in refused(
+        helm, "--set", "metrics.secure.enabled=true"
+    )
+    assert "metrics.secure.enabled needs metrics.enabled" in refused(
+        helm, "--set", "metrics.secure.enabled=true", "--set", "metrics.secure.certSecret=mc",
+        "--set", "metrics.enabled=false",
+    )  # fmt: skip
 
 
 def free_port() -> int:

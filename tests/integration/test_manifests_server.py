@@ -34,7 +34,9 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic_settings import CliApp
 
+from controllers import main as main_
 from runtime.testing import controlplane
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -43,6 +45,7 @@ KUSTOMIZATIONS = {
     "config/default": (SYSTEM_NAMESPACE,),
     # The overlay's Roles go into the namespaces it watches; they must exist.
     "config/overlays/namespaced": (SYSTEM_NAMESPACE, "team-a", "team-b"),
+    "config/overlays/metrics-secure": (SYSTEM_NAMESPACE,),
 }
 APPLIED = re.compile(r"^(\S+/\S+) (created|configured|unchanged) \(server dry run\)$")
 
@@ -152,6 +155,33 @@ def test_the_namespaced_overlay_swaps_the_cluster_role_for_roles(
     args = only(overlay, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     default_args = only(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == [*default_args, "--namespace=team-a,team-b"]
+
+
+def test_the_metrics_secure_overlay_adds_the_flags_the_certificate_and_the_roles(
+    control_plane: controlplane.ControlPlane,
+) -> None:
+    default = render(control_plane, "config/default")
+    overlay = render(control_plane, "config/overlays/metrics-secure")
+    pod = only(overlay, "Deployment")["spec"]["template"]["spec"]
+    default_args = only(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    cert_dir = "/etc/rayservice-operator/metrics-cert"
+    args = pod["containers"][0]["args"]
+    assert args == [*default_args, "--metrics-secure", f"--metrics-cert-path={cert_dir}"]
+    settings = CliApp.run(main_.Settings, cli_args=main_._go_booleans(args))
+    assert settings.metrics_secure
+    assert str(settings.metrics_cert_path) == cert_dir
+    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == cert_dir]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "rayservice-operator-metrics-cert"
+    roles = {o["metadata"]["name"]: o for o in overlay if o["kind"] == "ClusterRole"}
+    assert roles["rayservice-operator-metrics-reader"]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
+    [bound] = [o for o in overlay if o["kind"] == "ClusterRoleBinding"
+               and o["roleRef"]["name"] == "rayservice-operator-metrics-auth-role"]  # fmt: skip
+    assert bound["subjects"] == [{"kind": "ServiceAccount", "name": "rayservice-operator-manager",
+                                  "namespace": SYSTEM_NAMESPACE}]  # fmt: skip
+    assert "rayservice-operator-metrics-auth-role" in roles
 
 
 @pytest.mark.parametrize("kustomization", sorted(KUSTOMIZATIONS))

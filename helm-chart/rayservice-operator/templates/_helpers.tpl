@@ -106,6 +106,20 @@ manager would only exit at start-up (`--batch-scheduler` exits 2), crash-looping
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled: with metrics disabled the manager serves no /metrics and the chart creates no metrics Service" }}
 {{- end }}
+{{- $secure := .Values.metrics.secure | default dict }}
+{{- if and $secure.enabled (not .Values.metrics.enabled) }}
+{{- fail "metrics.secure.enabled needs metrics.enabled: with metrics disabled there is no /metrics to secure" }}
+{{- end }}
+{{- if and $secure.enabled (not $secure.certSecret) }}
+{{- fail "metrics.secure.enabled needs metrics.secure.certSecret: the kubernetes.io/tls Secret holding the metrics server's certificate (there is no self-signed default yet)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when /metrics is served with --metrics-secure (metrics.enabled and metrics.secure.enabled).
+*/}}
+{{- define "rayservice-operator.metricsSecure" -}}
+{{- if and .Values.metrics.enabled (.Values.metrics.secure | default dict).enabled }}true{{ end }}
 {{- end }}
 
 {{/* The Secret with the webhook server's tls.crt and tls.key (webhooks.secretName). */}}

@@ -134,3 +134,22 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   - update
 {{- end }}
 {{- end }}
+
+{{/*
+With metrics.secure.enabled, the rules of config/overlays/metrics-secure/metrics_auth_role.yaml
+(always a ClusterRole: token and access reviews are cluster-scoped).
+*/}}
+{{- define "rayservice-operator.metricsAuthRules" -}}
+- apiGroups:
+  - authentication.k8s.io
+  resources:
+  - tokenreviews
+  verbs:
+  - create
+- apiGroups:
+  - authorization.k8s.io
+  resources:
+  - subjectaccessreviews
+  verbs:
+  - create
+{{- end }}

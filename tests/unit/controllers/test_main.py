@@ -130,6 +130,8 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["--metrics-addr", ":1", "--metrics-bind-address", ":2"], "--metrics-addr and"),
         (["--enable-leader-election=perhaps"], "--enable-leader-election"),
         (["--log-stdout-encoder", "xml"], "--log-stdout-encoder"),
+        (["--metrics-secure"], "--metrics-secure needs --metrics-cert-path"),
+        (["--metrics-cert-path", "/certs"], "--metrics-cert-path is only used with"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -384,6 +386,20 @@ def test_environment_variables_reach_the_manager_and_flags_win(
     assert main.main(["--reconcile-concurrency", "7", "--no-leader-elect"]) == 0
     assert ran.setup[-1]["max_concurrent_reconciles"] == 7
     assert ran.managers[-1].options.leader_election is False
+
+
+def test_secure_metrics_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    argv = ["--kubeconfig", str(kubeconfig), "--metrics-secure", "--metrics-cert-path", "/certs",
+            "--metrics-cert-name", "cert.pem", "--metrics-cert-key", "key.pem"]  # fmt: skip
+    assert main.main(argv) == 0
+    options = ran.options
+    assert (options.metrics_secure, options.metrics_cert_dir) == (True, "/certs")
+    assert (options.metrics_cert_name, options.metrics_key_name) == ("cert.pem", "key.pem")
+
+
+def test_an_empty_metrics_cert_path_is_none(ran: Ran, kubeconfig: pathlib.Path) -> None:
+    assert main.main(["--kubeconfig", str(kubeconfig), "--metrics-cert-path="]) == 0
+    assert ran.options.metrics_secure is False
 
 
 def test_the_exit_code_is_serves(ran: Ran, kubeconfig: pathlib.Path) -> None:

@@ -26,7 +26,7 @@ import api.v1 as v1
 from controllers.ray import dashboard
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import gateway, tokens
-from runtime import reconcile
+from runtime import delegatedauth, reconcile
 from runtime.client import resources
 from tests.unit import helpers
 from tests.unit.controllers.rayservice import scenario
@@ -268,3 +268,22 @@ async def test_the_proxy_role_is_exactly_what_the_proxy_mode_asks() -> None:
         pod = dashboard.ServePod(namespace="ns", name="demo-head-x", ip=None)
         assert await client.serve_proxy_healthy(pod)
     assert seen == granted("config/overlays/kubernetes-proxy/proxy_role.yaml")
+
+
+async def test_the_metrics_auth_role_is_exactly_what_secure_metrics_asks() -> None:
+    seen: set[tuple[str, str, str]] = set()
+
+    class Recording:
+        async def request(
+            self, method: str, path: str, *, body: Any = None, request_timeout: Any = None
+        ) -> Any:
+            _, _, group, _, plural = path.split("/")  # /apis/<group>/v1/<plural>
+            seen.add((group, plural, {"POST": "create"}[method]))
+            user = {"username": "system:serviceaccount:monitoring:prometheus"}
+            return {"status": {"authenticated": True, "user": user, "allowed": True}}
+
+    auth = delegatedauth.DelegatedAuth(Recording())
+    user = await auth.authenticate("a-token")
+    assert user is not None
+    assert await auth.authorize(user, "get", "/metrics")
+    assert seen == granted("config/overlays/metrics-secure/metrics_auth_role.yaml")

@@ -12,6 +12,7 @@ PUBLIC = [
     "runtime",
     "runtime.clock",
     "runtime.controller",
+    "runtime.delegatedauth",
     "runtime.metrics",
     "runtime.reconcile",
     "runtime.source",

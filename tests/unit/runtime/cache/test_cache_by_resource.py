@@ -1,6 +1,7 @@
 """Per-resource cache options (``Cache(by_resource=...)``, ``manager.Options.cache_by_resource``):
 selectors reach the server on list and watch, the cache is the filtered view, write-through
-keeps to it, transforms and indexers apply per resource."""
+keeps to it, transforms and indexers apply per resource; the same given after construction
+(``Cache.index_field``, ``Cache.configure``) and through the builder."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from runtime import manager
+from runtime import builder, manager, reconcile
 from runtime.cache import cache as cache_
 from runtime.cache import informer as informer_
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import fake
+from tests.unit import helpers
 
 POD = resources.default_registry.for_kind("v1", "Pod")
 CM = resources.default_registry.for_kind("v1", "ConfigMap")
@@ -237,3 +239,93 @@ async def test_the_managers_option_reaches_its_cache_and_stays_hashable() -> Non
     assert mgr.cache.informer(CM).reflector.label_selector is None
     with pytest.raises(ValueError, match="invalid label selector"):
         manager.Options(cache_by_resource={"pods": cache_.ByResource(label_selector="(")})
+
+
+# -- options after construction: Cache.index_field, Cache.configure, the builder ------------
+
+
+def by_node(obj: dict[str, Any]) -> list[str]:
+    return [obj["spec"].get("nodeName", "")]
+
+
+async def test_an_index_added_before_or_after_the_informer_started_answers(
+    client: Recording,
+) -> None:
+    cache = cache_.Cache(client)  # type: ignore[arg-type]
+    try:
+        cache.index_field(POD, "node", by_node)  # before: the informer is made with it
+        await client.create(pod("a", node="n1"))
+        await client.create(pod("b", node="n2"))
+        assert names(await cache.list(POD, index=("node", "n1"))) == ["a"]
+        assert names(await cache.list(POD)) == ["a", "b"]  # running and synced now
+        cache.index_field(POD, "first-letter", lambda o: [o["metadata"]["name"][0]])
+        await client.create(pod("bb", node="n1"))
+        await helpers.eventually(lambda: len(cache.informer(POD).store) == 3, what="bb")
+        assert names(await cache.list(POD, index=("first-letter", "b"))) == ["b", "bb"]
+        assert names(await cache.list(POD, index=("node", "n1"))) == ["a", "bb"]
+        for taken in ("node", "first-letter", "namespace", "owner"):
+            with pytest.raises(ValueError, match="given twice"):
+                cache.index_field(POD, taken, by_node)
+    finally:
+        await cache.stop()
+
+
+async def test_configure_gives_options_until_the_informer_exists(client: Recording) -> None:
+    cache = cache_.Cache(client, by_resource={CM: cache_.ByResource()})  # type: ignore[arg-type]
+    try:
+        cache.index_field(POD, "node", by_node)
+        with pytest.raises(ValueError, match="index 'node' of pods given twice"):
+            cache.configure(POD, cache_.ByResource(indexers={"node": by_node}))
+        cache.configure(POD, cache_.ByResource(label_selector=RAY_PODS, indexers={"n": by_node}))
+        await client.create(pod("ray", node="n1", **{"ray.io/node-type": "head"}))
+        await client.create(pod("web", node="n1", app="web"))
+        assert names(await cache.list(POD, index=("node", "n1"))) == ["ray"]
+        assert names(await cache.list(POD, index=("n", "n1"))) == ["ray"]
+        assert ("list", "pods", RAY_PODS, None) in client.selectors
+        with pytest.raises(ValueError, match="cache options for pods given twice"):
+            cache.configure(POD, cache_.ByResource())
+        with pytest.raises(ValueError, match="configmaps given twice"):
+            cache.configure(CM, cache_.ByResource())
+        secrets = resources.default_registry.for_kind("v1", "Secret")
+        cache.informer(secrets)
+        with pytest.raises(RuntimeError, match="come too late: its informer exists"):
+            cache.configure(secrets, cache_.ByResource(label_selector="a=b"))
+        with pytest.raises(TypeError, match="expected ByResource"):
+            cache.configure(CM, {"label_selector": "a"})  # type: ignore[arg-type]
+    finally:
+        await cache.stop()
+
+
+async def test_the_builder_gives_the_managers_cache_selectors_and_indexes(
+    client: Recording,
+) -> None:
+    mgr = manager.Manager(client, manager.Options(  # type: ignore[arg-type]
+        metrics_bind_address="0", health_probe_bind_address="0"))  # fmt: skip
+
+    async def reconcile_(request: reconcile.Request) -> reconcile.Result:
+        return reconcile.Result()
+
+    (
+        builder.Builder(mgr)
+        .for_(CM, cache=cache_.ByResource(label_selector="mine=yes"))
+        .owns(POD, cache=cache_.ByResource(field_selector="spec.nodeName=n1"))
+        .with_index(POD, "node", by_node)
+        .named(f"builder-cache-{id(client)}")
+        .complete(reconcile_)
+    )
+    assert mgr.cache.by_resource["configmaps"].label_selector == "mine=yes"
+    assert [r.field_selector for r in mgr.cache.informer(POD).reflectors] == ["spec.nodeName=n1"]
+    await client.create(pod("on-n1", node="n1"))
+    await client.create(pod("on-n2", node="n2"))
+    try:
+        assert names(await mgr.cache.list(POD, index=("node", "n1"))) == ["on-n1"]
+        assert names(await mgr.cache.list(POD)) == ["on-n1"]
+    finally:
+        await mgr.cache.stop()
+    # A second controller cannot narrow what the first one's informer already holds.
+    second = builder.Builder(mgr).named(f"second-{id(client)}")
+    second.for_(POD, cache=cache_.ByResource(label_selector="a=b"))
+    with pytest.raises(ValueError, match="cache options for pods given twice"):
+        second.complete(reconcile_)
+    with pytest.raises(TypeError, match="expected ByResource"):
+        builder.Builder(mgr).for_(POD, cache="a=b")  # type: ignore[arg-type]

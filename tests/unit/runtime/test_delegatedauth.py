@@ -1,0 +1,349 @@
+"""The delegated-auth middleware over real HTTP on loopback, with a fake API server
+answering the TokenReviews and SubjectAccessReviews: the status codes, what each review
+asks, what is cached and for how long, and that a review that cannot be made never lets
+a request through; and the manager serving ``/metrics`` that way with ``metrics_secure``."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import test_utils, web
+
+from runtime import delegatedauth, manager
+from runtime.testing import clock as fake_clock
+from runtime.testing import fake
+from tests.unit import helpers
+
+ALICE = {"username": "system:serviceaccount:ns:alice", "uid": "u-1",
+         "groups": ["system:serviceaccounts", "system:authenticated"],
+         "extra": {"authentication.kubernetes.io/pod-name": ["p"]}}  # fmt: skip
+BOB = {"username": "system:serviceaccount:ns:bob", "groups": ["system:authenticated"]}
+
+
+class FakeApiServer:
+    """Answers reviews: ``tokens`` maps a token to its user; ``allowed`` is the set of
+    user names allowed; ``answer`` overrides the SubjectAccessReview status."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, dict[str, Any]] = {"alice-token": ALICE, "bob-token": BOB}
+        self.allowed = {ALICE["username"]}
+        self.answer: dict[str, Any] | None = None
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.fail: BaseException | None = None
+        self.fail_access: BaseException | None = None
+        self.hang = False
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, request_timeout: float | None = None
+    ) -> Any:
+        assert method == "POST"
+        self.calls.append((path, body))
+        if self.hang:
+            await asyncio.Event().wait()
+        if self.fail is not None:
+            raise self.fail
+        if path == delegatedauth.TOKEN_REVIEWS:
+            user = self.tokens.get(body["spec"]["token"])
+            if user is None:
+                return {**body, "status": {"authenticated": False, "error": "invalid token"}}
+            return {**body, "status": {"authenticated": True, "user": user}}
+        assert path == delegatedauth.SUBJECT_ACCESS_REVIEWS
+        if self.fail_access is not None:
+            raise self.fail_access
+        if self.answer is not None:
+            return {**body, "status": self.answer}
+        return {**body, "status": {"allowed": body["spec"]["user"] in self.allowed}}
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.calls]
+
+
+class Served:
+    def __init__(self, api: FakeApiServer, auth: delegatedauth.DelegatedAuth, client: Any) -> None:
+        self.api, self.auth, self.client = api, auth, client
+
+    async def get(
+        self, token: str | None = None, *, header: str | None = None, path: str = "/metrics"
+    ) -> tuple[int, str, dict[str, str]]:
+        headers = {}
+        if header is not None:
+            headers["Authorization"] = header
+        elif token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        async with self.client.get(path, headers=headers) as response:
+            return response.status, await response.text(), dict(response.headers)
+
+
+@pytest.fixture
+def clock() -> fake_clock.FakeClock:
+    return fake_clock.FakeClock()
+
+
+@pytest.fixture
+async def served(clock: fake_clock.FakeClock) -> AsyncIterator[Served]:
+    api = FakeApiServer()
+    auth = delegatedauth.DelegatedAuth(
+        api, delegatedauth.Options(review_timeout=0.5, max_entries=3), clock=clock
+    )
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text="the metrics\n")
+
+    app = web.Application(middlewares=[auth.middleware])
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/other", metrics)
+    client = test_utils.TestClient(test_utils.TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        yield Served(api, auth, client)
+    finally:
+        await client.close()
+
+
+async def test_an_allowed_user_gets_the_page_after_both_reviews(served: Served) -> None:
+    status, text, _ = await served.get("alice-token")
+    assert (status, text) == (200, "the metrics\n")
+    [(_, token_review), (_, access_review)] = served.api.calls
+    assert token_review["kind"] == "TokenReview"
+    assert token_review["spec"] == {"token": "alice-token"}
+    assert access_review["kind"] == "SubjectAccessReview"
+    assert access_review["spec"] == {
+        "user": ALICE["username"],
+        "uid": "u-1",
+        "groups": ALICE["groups"],
+        "extra": ALICE["extra"],
+        "nonResourceAttributes": {"path": "/metrics", "verb": "get"},
+    }
+
+
+async def test_the_request_path_is_what_is_authorized(served: Served) -> None:
+    assert (await served.get("alice-token", path="/other"))[0] == 200
+    [(_, access_review)] = [c for c in served.api.calls if c[1]["kind"] == "SubjectAccessReview"]
+    assert access_review["spec"]["nonResourceAttributes"] == {"path": "/other", "verb": "get"}
+
+
+@pytest.mark.parametrize(
+    "header", [None, "", "Basic YWxpY2U6cHc=", "Bearer", "Bearer   ", "alice-token"]
+)
+async def test_no_bearer_token_is_401_without_asking_the_api_server(
+    served: Served, header: str | None
+) -> None:
+    status, text, headers = await served.get(header=header)
+    assert (status, text) == (401, "Unauthorized\n")
+    assert headers["WWW-Authenticate"] == "Bearer"
+    assert served.api.calls == []
+
+
+async def test_the_bearer_scheme_is_case_insensitive(served: Served) -> None:
+    assert (await served.get(header="bearer alice-token"))[0] == 200
+
+
+async def test_a_token_the_api_server_rejects_is_401_and_never_authorized(
+    served: Served,
+) -> None:
+    status, text, _ = await served.get("forged")
+    assert (status, text) == (401, "Unauthorized\n")
+    assert served.api.paths() == [delegatedauth.TOKEN_REVIEWS]
+
+
+async def test_a_user_not_allowed_is_403_naming_the_user(served: Served) -> None:
+    status, text, _ = await served.get("bob-token")
+    assert (status, text) == (403, f"Authorization denied for user {BOB['username']}\n")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{}, {"allowed": False}, {"allowed": True, "denied": True}, {"allowed": "true"}],
+    ids=["no-opinion", "not-allowed", "allowed-and-denied", "not-a-boolean"],
+)
+async def test_only_a_plain_allow_lets_a_request_through(
+    served: Served, answer: dict[str, Any]
+) -> None:
+    served.api.answer = answer
+    assert (await served.get("alice-token"))[0] == 403
+
+
+async def test_a_failed_token_review_is_500_and_not_cached(served: Served) -> None:
+    served.api.fail = aiohttp.ClientConnectionError("connection refused")
+    status, text, _ = await served.get("alice-token")
+    assert (status, text) == (500, "Authentication failed\n")
+    served.api.fail = None
+    assert (await served.get("alice-token"))[0] == 200
+
+
+async def test_a_failed_access_review_is_500_and_not_cached(served: Served) -> None:
+    served.api.fail_access = RuntimeError("boom")
+    status, text, _ = await served.get("alice-token")
+    assert (status, text) == (500, f"Authorization for user {ALICE['username']} failed\n")
+    served.api.fail_access = None
+    assert (await served.get("alice-token"))[0] == 200
+    assert served.api.paths() == [  # the token's answer was kept, the failure was not
+        delegatedauth.TOKEN_REVIEWS,
+        delegatedauth.SUBJECT_ACCESS_REVIEWS,
+        delegatedauth.SUBJECT_ACCESS_REVIEWS,
+    ]
+
+
+async def test_an_answer_without_a_status_is_500(served: Served) -> None:
+    async def no_status(*args: Any, **kwargs: Any) -> Any:
+        return {"kind": "Status", "message": "odd"}
+
+    served.api.request = no_status  # type: ignore[method-assign]
+    assert (await served.get("alice-token"))[0] == 500
+
+
+async def test_a_review_that_hangs_is_500_after_the_review_timeout(served: Served) -> None:
+    served.api.hang = True
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert (await served.get("alice-token"))[0] == 500
+    assert 0.4 < loop.time() - began < 3
+
+
+async def test_answers_are_cached_for_their_lifetimes(
+    served: Served, clock: fake_clock.FakeClock
+) -> None:
+    for _ in range(3):
+        assert (await served.get("alice-token"))[0] == 200
+    assert len(served.api.calls) == 2  # one review of each kind for three scrapes
+    clock.advance(59)
+    assert (await served.get("alice-token"))[0] == 200
+    assert len(served.api.calls) == 2
+    clock.advance(1)  # both answers are 60 s old: asked again
+    assert (await served.get("alice-token"))[0] == 200
+    assert served.api.paths()[2:] == [
+        delegatedauth.TOKEN_REVIEWS,
+        delegatedauth.SUBJECT_ACCESS_REVIEWS,
+    ]
+
+
+async def test_a_denial_is_cached_30_s_so_a_new_binding_takes_effect_then(
+    served: Served, clock: fake_clock.FakeClock
+) -> None:
+    assert (await served.get("bob-token"))[0] == 403
+    served.api.allowed.add(BOB["username"])  # bound to the reader role meanwhile
+    clock.advance(29)
+    assert (await served.get("bob-token"))[0] == 403
+    clock.advance(1)
+    assert (await served.get("bob-token"))[0] == 200
+
+
+async def test_a_removed_binding_takes_effect_once_the_allow_expires(
+    served: Served, clock: fake_clock.FakeClock
+) -> None:
+    assert (await served.get("alice-token"))[0] == 200
+    served.api.allowed.clear()
+    assert (await served.get("alice-token"))[0] == 200
+    clock.advance(60)
+    assert (await served.get("alice-token"))[0] == 403
+
+
+async def test_a_rejected_token_is_remembered_too(
+    served: Served, clock: fake_clock.FakeClock
+) -> None:
+    for _ in range(3):
+        assert (await served.get("forged"))[0] == 401
+    assert len(served.api.calls) == 1
+    clock.advance(60)
+    assert (await served.get("forged"))[0] == 401
+    assert len(served.api.calls) == 2
+
+
+async def test_the_caches_are_bounded_and_keep_no_token(served: Served) -> None:
+    for i in range(5):
+        await served.get(f"bad-{i}")
+    assert len(served.auth._tokens) == 3
+    assert len(served.api.calls) == 5
+    await served.get("bad-0")  # dropped as the oldest: reviewed again
+    assert len(served.api.calls) == 6
+    kept = repr(served.auth._tokens._items)
+    assert "bad-" not in kept
+
+
+def test_options_refuse_nonsense() -> None:
+    with pytest.raises(ValueError, match="review_timeout"):
+        delegatedauth.Options(review_timeout=0)
+    with pytest.raises(ValueError, match="lifetimes"):
+        delegatedauth.Options(denied_ttl=-1)
+
+
+def test_secure_metrics_needs_a_certificate_and_certificates_need_secure_metrics() -> None:
+    with pytest.raises(ValueError, match="metrics_secure needs a serving certificate"):
+        manager.Options(metrics_secure=True)
+    with pytest.raises(ValueError, match="need metrics_secure=True"):
+        manager.Options(metrics_cert_dir="/certs")
+    assert manager.Options(metrics_secure=True, metrics_cert_dir="/certs").metrics_secure
+
+
+class ReviewingFake(fake.FakeClient):
+    """The fake client, answering reviews as :class:`FakeApiServer` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.api = FakeApiServer()
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, request_timeout: float | None = None
+    ) -> Any:
+        return await self.api.request(method, path, body=body, request_timeout=request_timeout)
+
+
+@pytest.fixture
+def self_signed(tmp_path: pathlib.Path) -> pathlib.Path:
+    """``tls.crt``/``tls.key`` for 127.0.0.1 in ``tmp_path``."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", "tls.key", "-out", "tls.crt", "-days", "1", "-subj", "/CN=m",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        cwd=tmp_path, check=True, capture_output=True,
+    )  # fmt: skip
+    return tmp_path
+
+
+async def test_the_manager_serves_metrics_over_tls_behind_the_reviews(
+    self_signed: pathlib.Path,
+) -> None:
+    tmp_path = self_signed
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client = ReviewingFake()
+    mgr = manager.Manager(client, manager.Options(  # type: ignore[arg-type]
+        metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+        metrics_secure=True, metrics_ssl_context=server_tls))  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    try:
+        host, port = await helpers.eventually(lambda: mgr.metrics_address, what="serving")
+        trust = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            for token, expected in (("alice-token", 200), ("bob-token", 403), (None, 401)):
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                url = f"https://{host}:{port}/metrics"
+                async with session.get(url, headers=headers, ssl=trust) as response:
+                    assert response.status == expected, token
+                    if expected == 200:
+                        assert "python_info" in await response.text()
+            with pytest.raises(aiohttp.ClientError):
+                async with session.get(f"http://{host}:{port}/metrics") as response:
+                    await response.read()
+        assert client.api.paths().count(delegatedauth.SUBJECT_ACCESS_REVIEWS) == 2
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+def test_a_reviews_user_becomes_a_hashable_user() -> None:
+    user = delegatedauth.User.from_review(
+        {"username": "u", "groups": None, "extra": {"b": ["2", "1"], "a": None}}
+    )
+    assert user == delegatedauth.User("u", extra=(("a", ()), ("b", ("2", "1"))))
+    assert {user: 1}[
+        delegatedauth.User.from_review({"username": "u", "extra": {"a": [], "b": ["2", "1"]}})
+    ] == 1
