@@ -182,9 +182,16 @@ async def test_the_manager_serves_webhooks_before_its_caches_and_reports_readine
         raise AssertionError("nothing to reconcile")
 
     builder.Builder(mgr).for_(WIDGETS).with_validator(reviews.Recording()).complete(reconcile)
+    gadgets = resources.Resource("test.dev", "v1", "Gadget", "gadgets")
+    client.registry.register(gadgets)
+    builder.Builder(mgr).for_(gadgets).with_defaulter(reviews.SizeDefaulter()).with_converter(
+        reviews.Widgets()
+    ).complete(reconcile)
     srv = mgr.webhook_server
     assert srv is mgr.webhook_server  # one server
-    assert srv.paths == ["/validate-test-dev-v1-widget"]
+    assert srv.paths == [
+        "/validate-test-dev-v1-widget", "/mutate-test-dev-v1-gadget", "/convert"
+    ]  # fmt: skip
 
     # The caches never sync (the fake client's list of widgets is held): the webhook
     # server is serving anyway, and /readyz reports both.
