@@ -54,7 +54,8 @@ names): ``--metrics-secure`` serves ``/metrics`` over HTTPS to callers the API s
 authenticates and authorizes (TokenReview, then a SubjectAccessReview for ``get`` on
 ``/metrics``: :mod:`runtime.delegatedauth`), with the certificate ``--metrics-cert-name``
 (``tls.crt``) and key ``--metrics-cert-key`` (``tls.key``) of the directory
-``--metrics-cert-path``, which it needs. Off by default (kubebuilder's default is on):
+``--metrics-cert-path`` (read again when rotated), or without it a self-signed
+certificate made at start, as kubebuilder's scaffold. Off by default (kubebuilder's is on):
 KubeRay serves plain HTTP, and its manifests and dashboards scrape that.
 
 The manager registers every reconciler :func:`controllers.setup` knows, then
@@ -153,7 +154,7 @@ class Settings(BaseSettings):
     metrics_secure: bool = Field(
         False,
         description="serve /metrics over HTTPS to callers allowed 'get' on /metrics "
-        "(TokenReview + SubjectAccessReview); needs --metrics-cert-path",
+        "(TokenReview + SubjectAccessReview); self-signed without --metrics-cert-path",
     )
     metrics_cert_path: pathlib.Path | None = Field(
         None, description="directory of the metrics server's certificate and key"
@@ -268,11 +269,6 @@ class Settings(BaseSettings):
                 else "info" if level in ("info", "0") else "error"
             )  # fmt: skip
         _check_batch_scheduler(self.enable_batch_scheduler, self.batch_scheduler)
-        if self.metrics_secure and self.metrics_cert_path is None:
-            raise ValueError(
-                "--metrics-secure needs --metrics-cert-path (a directory holding "
-                f"{self.metrics_cert_name} and {self.metrics_cert_key})"
-            )
         if self.metrics_cert_path is not None and not self.metrics_secure:
             raise ValueError("--metrics-cert-path is only used with --metrics-secure")
         return self
@@ -504,9 +500,10 @@ def _metrics_tls(settings: Settings) -> dict[str, Any]:
     """The manager's secure-metrics options, when ``--metrics-secure``."""
     if not settings.metrics_secure:
         return {}
+    path = settings.metrics_cert_path
     return {
         "metrics_secure": True,
-        "metrics_cert_dir": str(settings.metrics_cert_path),
+        "metrics_cert_dir": None if path is None else str(path),
         "metrics_cert_name": settings.metrics_cert_name,
         "metrics_key_name": settings.metrics_cert_key,
     }

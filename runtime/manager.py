@@ -57,8 +57,10 @@ import dataclasses
 import os
 import pathlib
 import signal
+import socket
 import ssl
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -67,6 +69,7 @@ import structlog
 from aiohttp import web
 
 from runtime import delegatedauth, events, leaderelection, metrics
+from runtime import tls as tls_
 from runtime._internal import aio
 from runtime.cache import cache as cache_
 from runtime.cache import informer as informer_
@@ -82,6 +85,9 @@ _MIN_RELEASE_WAIT = 1.0
 
 _MIN_CANCEL_WAIT = 1.0
 """Seconds cancelled runnables get to unwind even when the shutdown budget is spent."""
+
+_CERT_POLL = 10.0
+"""Seconds between two reads of the metrics certificate files (rotation)."""
 
 
 @runtime_checkable
@@ -140,13 +146,18 @@ class Options:
     non-resource URL ``/metrics``): 401 without a valid token, 403 when not allowed
     (:mod:`runtime.delegatedauth`; controller-runtime's ``SecureServing`` plus
     ``filters.WithAuthenticationAndAuthorization``). The manager's identity then needs
-    ``create`` on ``tokenreviews`` and ``subjectaccessreviews``. Needs a certificate:
-    ``metrics_cert_dir`` or ``metrics_ssl_context``. Default off: plain HTTP, no checks."""
+    ``create`` on ``tokenreviews`` and ``subjectaccessreviews``. The certificate:
+    ``metrics_ssl_context``, else ``metrics_cert_dir``'s files, else a self-signed one
+    made at start (for ``localhost``, the host name and 127.0.0.1; scrapers then skip
+    verification, as with controller-runtime's default). Default off: plain HTTP, no
+    checks."""
 
     metrics_cert_dir: str | None = None
     """With ``metrics_secure``: the directory holding the serving certificate (chain) and
     its key, ``metrics_cert_name`` and ``metrics_key_name`` (e.g. a mounted
-    ``kubernetes.io/tls`` Secret), read when the manager starts. Default ``None``."""
+    ``kubernetes.io/tls`` Secret), read at start and again when their contents change
+    (checked every 10 s: a rotated Secret is served without a restart). Default ``None``:
+    a self-signed certificate."""
 
     metrics_cert_name: str = "tls.crt"
     """The certificate's file name in ``metrics_cert_dir``. Default "tls.crt"."""
@@ -216,32 +227,10 @@ class Options:
 
 
 def _check_metrics_tls(options: Options) -> None:
-    """TLS settings only with ``metrics_secure``, which needs one of them."""
+    """TLS settings only with ``metrics_secure``."""
     given = options.metrics_cert_dir is not None or options.metrics_ssl_context is not None
     if given and not options.metrics_secure:
         raise ValueError("metrics_cert_dir / metrics_ssl_context need metrics_secure=True")
-    # Where a self-signed default would go (controller-runtime generates one when no
-    # CertDir is given): accept neither here and build it in _metrics_ssl_context.
-    if options.metrics_secure and not given:
-        raise ValueError(
-            "metrics_secure needs a serving certificate: metrics_cert_dir (tls.crt and "
-            "tls.key there) or metrics_ssl_context"
-        )
-
-
-def _metrics_ssl_context(options: Options) -> ssl.SSLContext:
-    """The metrics server's TLS context: ``metrics_ssl_context``, else the files of
-    ``metrics_cert_dir`` (read now: a rotated certificate is read at the next start)."""
-    if options.metrics_ssl_context is not None:
-        return options.metrics_ssl_context
-    assert options.metrics_cert_dir is not None  # _check_metrics_tls
-    directory = pathlib.Path(options.metrics_cert_dir)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(
-        directory / options.metrics_cert_name, directory / options.metrics_key_name
-    )
-    return context
 
 
 def _election_options(options: Options) -> leaderelection.Options | None:
@@ -287,6 +276,9 @@ class Manager:
         self._readyz: dict[str, Check] = {"ping": lambda: True, "caches": self._caches_synced}
         self._caches_ready = False
         self._sites: list[web.AppRunner] = []
+        self._servers_stop = asyncio.Event()
+        self._server_tasks: list[asyncio.Task[None]] = []
+        self._scratch: list[tempfile.TemporaryDirectory[str]] = []
         self.metrics_address: tuple[str, int] | None = None
         """Where ``/metrics`` is served, once started (the real port if 0 was asked)."""
         self.probe_address: tuple[str, int] | None = None
@@ -461,9 +453,15 @@ class Manager:
         # 3. The rest, the cache and the servers.
         await self._stop_group(others, deadline, graceful=True)
         await self.cache.stop()
+        self._servers_stop.set()
+        await asyncio.gather(*self._server_tasks, return_exceptions=True)
+        self._server_tasks.clear()
         for runner in reversed(self._sites):
             await runner.cleanup()
         self._sites.clear()
+        for scratch in self._scratch:
+            scratch.cleanup()
+        self._scratch.clear()
         self.log.info("stopped")
 
     async def _stop_group(
@@ -510,12 +508,13 @@ class Manager:
     # -- HTTP ----------------------------------------------------------------------------------
 
     async def _start_servers(self) -> None:
+        self._servers_stop.clear()
         metrics_at = _parse_address(self.options.metrics_bind_address)
         if metrics_at is not None:
             tls: ssl.SSLContext | None = None
             app = web.Application()
             if self.options.metrics_secure:
-                tls = _metrics_ssl_context(self.options)
+                tls = await self._metrics_tls()
                 auth = delegatedauth.DelegatedAuth(self.client, self.options.metrics_auth)
                 app.middlewares.append(auth.middleware)
             app.router.add_get("/metrics", self._serve_metrics)
@@ -526,6 +525,33 @@ class Manager:
             app.router.add_get("/healthz", self._serve_healthz)
             app.router.add_get("/readyz", self._serve_readyz)
             self.probe_address = await self._serve(app, probes_at)
+
+    async def _metrics_tls(self) -> ssl.SSLContext:
+        """The metrics server's TLS context: ``metrics_ssl_context`` as given; else the
+        files of ``metrics_cert_dir``, or of a self-signed certificate made now in a
+        private temporary directory, followed for rotation every ``_CERT_POLL`` seconds
+        (:class:`runtime.tls.Reloader`) until the servers stop."""
+        options = self.options
+        if options.metrics_ssl_context is not None:
+            return options.metrics_ssl_context
+        if options.metrics_cert_dir is not None:
+            directory = pathlib.Path(options.metrics_cert_dir)
+            cert, key = directory / options.metrics_cert_name, directory / options.metrics_key_name
+        else:
+            scratch = tempfile.TemporaryDirectory(prefix="metrics-serving-cert-")
+            self._scratch.append(scratch)
+            _, pair = await asyncio.to_thread(
+                tls_.self_signed, pathlib.Path(scratch.name),
+                dns_names=["localhost", socket.gethostname()], ip_addresses=["127.0.0.1"],
+            )  # fmt: skip
+            cert, key = pair.cert, pair.key
+            self.log.info("metrics served with a self-signed certificate (no metrics_cert_dir)")
+        reloader = await asyncio.to_thread(tls_.Reloader, cert, key)
+        watch = asyncio.create_task(
+            reloader.watch(self._servers_stop, _CERT_POLL), name="metrics-cert-watcher"
+        )
+        self._server_tasks.append(watch)
+        return reloader.context
 
     async def _serve(
         self, app: web.Application, address: tuple[str, int], tls: ssl.SSLContext | None = None

@@ -130,7 +130,6 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["--metrics-addr", ":1", "--metrics-bind-address", ":2"], "--metrics-addr and"),
         (["--enable-leader-election=perhaps"], "--enable-leader-election"),
         (["--log-stdout-encoder", "xml"], "--log-stdout-encoder"),
-        (["--metrics-secure"], "--metrics-secure needs --metrics-cert-path"),
         (["--metrics-cert-path", "/certs"], "--metrics-cert-path is only used with"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
@@ -395,6 +394,13 @@ def test_secure_metrics_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pa
     options = ran.options
     assert (options.metrics_secure, options.metrics_cert_dir) == (True, "/certs")
     assert (options.metrics_cert_name, options.metrics_key_name) == ("cert.pem", "key.pem")
+
+
+def test_secure_metrics_without_a_certificate_directory_is_self_signed(
+    ran: Ran, kubeconfig: pathlib.Path
+) -> None:
+    assert main.main(["--kubeconfig", str(kubeconfig), "--metrics-secure"]) == 0
+    assert (ran.options.metrics_secure, ran.options.metrics_cert_dir) == (True, None)
 
 
 def test_an_empty_metrics_cert_path_is_none(ran: Ran, kubeconfig: pathlib.Path) -> None:

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import test_utils, web
 
-from runtime import delegatedauth, manager
+from runtime import delegatedauth, manager, tls
 from runtime.testing import clock as fake_clock
 from runtime.testing import fake
 from tests.unit import helpers
@@ -274,9 +274,8 @@ def test_options_refuse_nonsense() -> None:
         delegatedauth.Options(denied_ttl=-1)
 
 
-def test_secure_metrics_needs_a_certificate_and_certificates_need_secure_metrics() -> None:
-    with pytest.raises(ValueError, match="metrics_secure needs a serving certificate"):
-        manager.Options(metrics_secure=True)
+def test_certificates_need_secure_metrics() -> None:
+    assert manager.Options(metrics_secure=True).metrics_cert_dir is None  # self-signed
     with pytest.raises(ValueError, match="need metrics_secure=True"):
         manager.Options(metrics_cert_dir="/certs")
     assert manager.Options(metrics_secure=True, metrics_cert_dir="/certs").metrics_secure
@@ -347,3 +346,72 @@ def test_a_reviews_user_becomes_a_hashable_user() -> None:
     assert {user: 1}[
         delegatedauth.User.from_review({"username": "u", "extra": {"a": [], "b": ["2", "1"]}})
     ] == 1
+
+
+async def served_certificate(host: str, port: int) -> bytes:
+    """The DER certificate the server at ``host:port`` presents now (not verified)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    _, writer = await asyncio.open_connection(host, port, ssl=context)
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        der: bytes = ssl_object.getpeercert(binary_form=True)
+        return der
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_without_a_certificate_the_manager_serves_a_self_signed_one() -> None:
+    mgr = manager.Manager(ReviewingFake(), manager.Options(  # type: ignore[arg-type]
+        metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+        metrics_secure=True))  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    try:
+        host, port = await helpers.eventually(lambda: mgr.metrics_address, what="serving")
+        scratch = pathlib.Path(mgr._scratch[0].name)
+        assert await asyncio.to_thread((scratch / "tls.crt").exists)
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            url = f"https://{host}:{port}/metrics"
+            headers = {"Authorization": "Bearer alice-token"}
+            async with session.get(url, headers=headers, ssl=insecure) as response:
+                assert response.status == 200
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):  # not trusted
+                async with session.get(url, headers=headers) as response:
+                    await response.read()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert not await asyncio.to_thread(scratch.exists)  # the key does not outlive the manager
+
+
+async def test_a_rotated_certificate_directory_is_served_without_a_restart(
+    self_signed: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manager, "_CERT_POLL", 0.05)
+    mgr = manager.Manager(ReviewingFake(), manager.Options(  # type: ignore[arg-type]
+        metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+        metrics_secure=True, metrics_cert_dir=str(self_signed)))  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.start(stop))
+    try:
+        host, port = await helpers.eventually(lambda: mgr.metrics_address, what="serving")
+        first = await served_certificate(host, port)
+        assert first == ssl.PEM_cert_to_DER_cert((self_signed / "tls.crt").read_text())
+        tls.self_signed(self_signed, ip_addresses=["127.0.0.1"])  # a new pair, same names
+        rotated = ssl.PEM_cert_to_DER_cert((self_signed / "tls.crt").read_text())
+        assert rotated != first
+        for _ in range(100):  # polled every 0.05 s: within 5 s at most
+            if await served_certificate(host, port) == rotated:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the rotated certificate was never served")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
