@@ -26,6 +26,8 @@ PUBLIC = [
     "runtime.testing.clock",
     "runtime.testing.fake",
     "runtime.testing.controlplane",
+    "runtime.testing.pytest_plugin",
+    "runtime.testing.runner",
 ]
 
 
