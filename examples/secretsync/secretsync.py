@@ -31,6 +31,8 @@ __all__ = [
     "FINALIZER",
     "SECRETS",
     "SECRETSYNCS",
+    "SOURCE_NAME",
+    "SOURCE_NAMESPACE",
     "SecretSyncReconciler",
     "build",
     "ready_condition",
@@ -58,14 +60,14 @@ def set_condition(
     """``conditions`` with ``type_`` set; its ``lastTransitionTime`` moves only when
     its status does (Kubernetes API conventions), so an unchanged condition is equal."""
     old = next((c for c in conditions if c.get("type") == type_), None)
-    moved = old is None or old.get("status") != status
+    unmoved = old is not None and old.get("status") == status
     new = {
         "type": type_,
         "status": status,
         "reason": reason,
         "message": message,
         "observedGeneration": generation,
-        "lastTransitionTime": now if moved or old is None else old["lastTransitionTime"],
+        "lastTransitionTime": old["lastTransitionTime"] if old and unmoved else now,
     }
     return [*(c for c in conditions if c.get("type") != type_), new]
 

@@ -20,7 +20,7 @@ import runtime
 from examples import configmap_mirror
 from runtime.client import client as client_
 from runtime.client import errors
-from runtime.testing import controlplane, runner
+from runtime.testing import controlplane, pytest_plugin, runner
 from tests.integration import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -58,7 +58,7 @@ class Failing:
 
 
 async def test_up_means_synced_and_reconciling_and_the_end_stops_it(
-    kube_manager: Any, kube_client: client_.Client, kube_namespace: str
+    kube_manager: pytest_plugin.ManagerFactory, kube_client: client_.Client, kube_namespace: str
 ) -> None:
     async with kube_manager(configmap_mirror.build) as run:
         manager = run.manager
@@ -80,7 +80,7 @@ async def test_up_means_synced_and_reconciling_and_the_end_stops_it(
 
 
 async def test_the_manager_runs_only_in_the_test_namespace_by_default(
-    kube_manager: Any, kube_namespace: str
+    kube_manager: pytest_plugin.ManagerFactory, kube_namespace: str
 ) -> None:
     async with kube_manager(configmap_mirror.build) as run:
         assert run.manager.options.namespace == kube_namespace
@@ -91,7 +91,9 @@ async def test_the_manager_runs_only_in_the_test_namespace_by_default(
         assert await run.manager.cache.list(CM, "default") is not None
 
 
-async def test_a_failure_while_the_body_runs_is_raised_when_it_ends(kube_manager: Any) -> None:
+async def test_a_failure_while_the_body_runs_is_raised_when_it_ends(
+    kube_manager: pytest_plugin.ManagerFactory,
+) -> None:
     failing = Failing()
 
     async def body() -> None:
@@ -115,7 +117,7 @@ def _ended(run: runner.Running) -> bool:
 
 
 async def test_a_body_failure_comes_first_and_the_manager_s_is_chained(
-    kube_manager: Any,
+    kube_manager: pytest_plugin.ManagerFactory,
 ) -> None:
     failing = Failing()
 
@@ -130,7 +132,9 @@ async def test_a_body_failure_comes_first_and_the_manager_s_is_chained(
     assert isinstance(caught.value.__context__, AssertionError)
 
 
-async def test_caches_that_cannot_sync_fail_the_with_statement(kube_manager: Any) -> None:
+async def test_caches_that_cannot_sync_fail_the_with_statement(
+    kube_manager: pytest_plugin.ManagerFactory,
+) -> None:
     absent = runtime.client.Resource("absent.example.com", "v1", "Absent", "absents")
 
     def setup(manager: runtime.Manager) -> None:
@@ -145,7 +149,7 @@ async def test_caches_that_cannot_sync_fail_the_with_statement(kube_manager: Any
 
 
 async def test_a_standby_is_not_up_as_leader_but_is_up_as_synced(
-    kube_manager: Any, kube_client: client_.Client, kube_namespace: str
+    kube_manager: pytest_plugin.ManagerFactory, kube_client: client_.Client, kube_namespace: str
 ) -> None:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # MicroTime
     await kube_client.create({
@@ -154,7 +158,7 @@ async def test_a_standby_is_not_up_as_leader_but_is_up_as_synced(
         "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600,
                  "acquireTime": now, "renewTime": now},
     })  # fmt: skip
-    election = {"leader_election": True, "leader_election_id": "held",
+    election: dict[str, Any] = {"leader_election": True, "leader_election_id": "held",
                 "leader_election_namespace": kube_namespace}  # fmt: skip
     with pytest.raises(runner.NotUp):
         async with kube_manager(configmap_mirror.build, up_timeout=2.0, **election):
@@ -165,7 +169,9 @@ async def test_a_standby_is_not_up_as_leader_but_is_up_as_synced(
         assert not run.manager.elector.elected.is_set()
 
 
-async def test_the_log_holds_the_manager_s_lines_and_not_the_test_s(kube_manager: Any) -> None:
+async def test_the_log_holds_the_manager_s_lines_and_not_the_test_s(
+    kube_manager: pytest_plugin.ManagerFactory,
+) -> None:
     async with kube_manager(configmap_mirror.build) as run:
         structlog.get_logger("the-test").info("a line of the test body")
     events = [record.event for record in run.log]

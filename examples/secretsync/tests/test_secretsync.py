@@ -13,6 +13,7 @@ import pytest
 
 import runtime
 from examples.secretsync import secretsync
+from runtime.testing import pytest_plugin
 
 # The first test of a session may build and start the control plane: more than the
 # default per-test bound (pyproject's pytest-timeout setting) on a cold cache.
@@ -85,6 +86,13 @@ async def copy_of(client: runtime.client.Client, namespace: str, name: str) -> A
         return None
 
 
+def condition(sync: dict[str, Any]) -> Any:
+    """The Ready condition, which the test expects to be there."""
+    found = secretsync.ready_condition(sync)
+    assert found is not None, sync.get("status")
+    return found
+
+
 async def ready(client: runtime.client.Client, namespace: str, name: str, reason: str) -> Any:
     """The SecretSync once its Ready condition has ``reason`` for its generation."""
     sync = await client.get(SYNCS, namespace, name)
@@ -97,7 +105,10 @@ async def ready(client: runtime.client.Client, namespace: str, name: str, reason
 
 
 async def test_copies_into_every_target_and_reports_ready(
-    kube_manager: Any, client: runtime.client.Client, kube_namespace: str, targets: list[str]
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
 ) -> None:
     await client.create(secret(kube_namespace, "db", "hunter2"))
     async with kube_manager(secretsync.build, namespace=None):
@@ -109,12 +120,15 @@ async def test_copies_into_every_target_and_reports_ready(
             labels = copied["metadata"]["labels"]
             assert labels[secretsync.SOURCE_NAMESPACE] == kube_namespace
         assert sync["status"]["syncedNamespaces"] == sorted(targets)
-        assert secretsync.ready_condition(sync)["status"] == "True"
+        assert condition(sync)["status"] == "True"
         assert secretsync.FINALIZER in sync["metadata"]["finalizers"]
 
 
 async def test_a_changed_source_is_copied_again(
-    kube_manager: Any, client: runtime.client.Client, kube_namespace: str, targets: list[str]
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
 ) -> None:
     await client.create(secret(kube_namespace, "db", "hunter2"))
     await client.create(secret_sync(kube_namespace, "db", targets))
@@ -132,12 +146,15 @@ async def test_a_changed_source_is_copied_again(
 
 
 async def test_a_missing_source_is_reported_until_it_appears(
-    kube_manager: Any, client: runtime.client.Client, kube_namespace: str, targets: list[str]
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
 ) -> None:
     async with kube_manager(secretsync.build, namespace=None):
         await client.create(secret_sync(kube_namespace, "db", targets))
         sync = await eventually(lambda: ready(client, kube_namespace, "db", "SourceNotFound"))
-        assert secretsync.ready_condition(sync)["status"] == "False"
+        assert condition(sync)["status"] == "False"
         assert await copy_of(client, targets[0], "db") is None
         await client.create(secret(kube_namespace, "db", "hunter2"))
         sync = await eventually(lambda: ready(client, kube_namespace, "db", "Synced"))
@@ -146,7 +163,10 @@ async def test_a_missing_source_is_reported_until_it_appears(
 
 
 async def test_a_missing_target_namespace_is_reported(
-    kube_manager: Any, client: runtime.client.Client, kube_namespace: str, targets: list[str]
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
 ) -> None:
     await client.create(secret(kube_namespace, "db", "hunter2"))
     absent = f"absent-{secrets.token_hex(4)}"
@@ -155,12 +175,15 @@ async def test_a_missing_target_namespace_is_reported(
         sync = await eventually(
             lambda: ready(client, kube_namespace, "db", "TargetNamespaceNotFound")
         )
-        assert absent in secretsync.ready_condition(sync)["message"]
+        assert absent in condition(sync)["message"]
         assert sync["status"]["syncedNamespaces"] == [targets[0]]
 
 
 async def test_a_target_dropped_from_the_spec_loses_its_copy(
-    kube_manager: Any, client: runtime.client.Client, kube_namespace: str, targets: list[str]
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
 ) -> None:
     await client.create(secret(kube_namespace, "db", "hunter2"))
     await client.create(secret_sync(kube_namespace, "db", targets))
@@ -178,7 +201,10 @@ async def test_a_target_dropped_from_the_spec_loses_its_copy(
 
 
 async def test_deleting_it_removes_the_copies_first(
-    kube_manager: Any, client: runtime.client.Client, kube_namespace: str, targets: list[str]
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
 ) -> None:
     await client.create(secret(kube_namespace, "db", "hunter2"))
     await client.create(secret_sync(kube_namespace, "db", targets))
@@ -200,7 +226,10 @@ async def test_deleting_it_removes_the_copies_first(
 
 
 async def test_a_pass_that_changes_nothing_writes_no_status(
-    kube_manager: Any, client: runtime.client.Client, kube_namespace: str, targets: list[str]
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
 ) -> None:
     await client.create(secret(kube_namespace, "db", "hunter2"))
     await client.create(secret_sync(kube_namespace, "db", targets))
