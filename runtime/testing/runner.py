@@ -16,9 +16,9 @@ block stops the manager and waits for it. The contract:
   ``with`` statement raises its exception (a cache that cannot sync raises the
   manager's ``TimeoutError`` after ``cache_sync_timeout``); if it is not up
   within ``up_timeout`` seconds, :class:`NotUp`. If it fails while the body runs,
-  the failure is raised when the block ends (chained to the body's own
-  exception, if the body failed too); :meth:`Running.check` raises it earlier,
-  on demand.
+  the failure is raised when the block ends (if the body failed too, the body's
+  exception is its ``__context__``: both are shown); :meth:`Running.check`
+  raises it earlier, on demand.
 - **Stopping** sets the manager's ``stop`` event, which runs its graceful
   shutdown (see :mod:`runtime.manager`); if the task has not ended within
   ``graceful_shutdown_timeout`` plus ``stop_grace`` seconds it is cancelled and
@@ -29,8 +29,9 @@ block stops the manager and waits for it. The contract:
   the test body's - is recorded in :attr:`Running.log` as it is emitted, whatever
   structlog renders it as elsewhere. The record is taken by a processor put at the
   front of structlog's configured chain, so it sees each event as logged
-  (``event``, the logger's method name as the level, bound and contextvar keys);
-  an event that the wrapper class filters out by level is not recorded. The
+  (``event``, the logger's method name as the level, bound and contextvar keys,
+  and the traceback of a logged exception); an event that the wrapper class
+  filters out by level is not recorded. The
   pytest plugin (:mod:`runtime.testing.pytest_plugin`) attaches it to the report
   of a failing test.
 
@@ -45,6 +46,8 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime
+import sys
+import traceback
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
@@ -76,9 +79,14 @@ class LogRecord:
     fields: dict[str, Any]
 
     def __str__(self) -> str:
-        pairs = " ".join(f"{k}={v!r}" for k, v in sorted(self.fields.items()))
+        fields = dict(self.fields)
+        exc = fields.pop("exc_info", None)
+        pairs = " ".join(f"{k}={v!r}" for k, v in sorted(fields.items()))
         text = f"{self.time.isoformat(timespec='milliseconds')} [{self.level:<7}] {self.event}"
-        return f"{text} {pairs}" if pairs else text
+        text = f"{text} {pairs}" if pairs else text
+        if isinstance(exc, BaseException):
+            text += "\n" + "".join(traceback.format_exception(exc)).rstrip()
+        return text
 
 
 class Running:
@@ -132,6 +140,8 @@ def _record(logger: Any, method_name: str, event_dict: MutableMapping[str, Any])
     if sink is not None:
         fields = {**structlog.contextvars.get_contextvars(), **event_dict}
         event = str(fields.pop("event", ""))
+        if fields.get("exc_info") is True:  # log.exception(...): the one being handled
+            fields["exc_info"] = sys.exc_info()[1]
         sink.append(LogRecord(datetime.datetime.now(datetime.UTC), method_name, event, fields))
     return event_dict
 
@@ -142,8 +152,12 @@ def _install_recorder() -> None:
     The configured list is changed in place, so loggers that were cached on
     first use (``cache_logger_on_first_use``) record too."""
     processors = structlog.get_config()["processors"]
-    if _record not in processors:
+    if _record in processors:
+        return
+    if isinstance(processors, list):
         processors.insert(0, _record)
+    else:  # configured with another sequence: configure a list
+        structlog.configure(processors=[_record, *processors])
 
 
 @contextlib.asynccontextmanager

@@ -205,3 +205,49 @@ def test_a_log_record_reads_as_one_line() -> None:
     record = runner.LogRecord(at, "info", "caches synced", {"b": 2, "a": "x"})
     assert str(record) == "2026-01-01T00:00:00.000+00:00 [info   ] caches synced a='x' b=2"
     assert str(runner.LogRecord(at, "error", "bare", {})).endswith("[error  ] bare")
+
+
+def test_a_logged_exception_is_recorded_with_its_traceback() -> None:
+    at = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    try:
+        raise ValueError("bad spec")
+    except ValueError as exc:
+        record = runner.LogRecord(at, "error", "reconcile failed", {"exc_info": exc, "n": 1})
+    text = str(record)
+    assert text.startswith("2026-01-01T00:00:00.000+00:00 [error  ] reconcile failed n=1\n")
+    assert "Traceback (most recent call last)" in text
+    assert text.endswith("ValueError: bad spec")
+
+
+async def test_log_exception_in_the_manager_records_the_exception_being_handled() -> None:
+    logged = asyncio.Event()
+
+    class Failing:
+        needs_leader_election = False
+
+        async def start(self, stop: asyncio.Event) -> None:
+            try:
+                raise LookupError("no such thing")
+            except LookupError:
+                structlog.get_logger("test.runnable").exception("it broke")
+            logged.set()
+            await stop.wait()
+
+    manager = quiet_manager()
+    manager.add(Failing())
+    async with runner.running(manager) as run:
+        await asyncio.wait_for(logged.wait(), 5)
+    [record] = [r for r in run.log if r.event == "it broke"]
+    assert isinstance(record.fields["exc_info"], LookupError)
+    assert "LookupError: no such thing" in str(record)
+
+
+async def test_a_processor_tuple_is_replaced_by_a_list_that_records() -> None:
+    saved = structlog.get_config()["processors"]
+    structlog.configure(processors=tuple(p for p in saved if p is not runner._record))
+    try:
+        async with runner.running(quiet_manager()) as run:
+            pass
+        assert any(r.event == "caches synced" for r in run.log)
+    finally:
+        structlog.configure(processors=saved)
