@@ -20,7 +20,7 @@ Fixtures:
   :class:`~runtime.testing.controlplane.ControlPlane` started once, on loopback,
   for the whole session, and stopped at its end.
 - ``kube_namespace``: a fresh namespace (``test-<random>``) per test, deleted
-  after it (without kube-controller-manager a deleted namespace stays
+  after it unless the test did (without kube-controller-manager a deleted namespace stays
   ``Terminating``, and its objects stay: harmless, nothing else uses it).
 - ``kube_client``: a :class:`runtime.client.Client` for the control plane's
   admin kubeconfig, closed after the test.
@@ -122,7 +122,11 @@ def kube_namespace(kube_control_plane: controlplane.ControlPlane) -> Iterator[st
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     kube_control_plane.request("POST", "/api/v1/namespaces", body)
     yield name
-    kube_control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
+    try:
+        kube_control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
+    except controlplane.ApiError as exc:
+        if exc.status != 404:  # the test may have deleted it itself
+            raise
 
 
 @_async_fixture

@@ -246,3 +246,20 @@ def test_a_user_s_run_on_envtest_assets_shows_the_manager_log_of_a_failing_test(
     section = output.split("Captured manager log (1)", 1)[1]
     assert "caches synced" in section
     assert "controller='configmap-mirror'" in section
+
+
+def test_a_namespace_the_test_deleted_is_no_teardown_error(
+    kube_control_plane: controlplane.ControlPlane, kube_namespace: str
+) -> None:
+    kube_control_plane.request("DELETE", f"/api/v1/namespaces/{kube_namespace}")
+
+
+def test_manager_options_default_to_the_test_namespace_on_loopback() -> None:
+    options = pytest_plugin.manager_options("test-ns")
+    assert options.namespace == "test-ns"
+    assert options.metrics_bind_address == "127.0.0.1:0"
+    assert options.health_probe_bind_address == "127.0.0.1:0"
+    assert options.graceful_shutdown_timeout == 10.0
+    overridden = pytest_plugin.manager_options("test-ns", namespace=None, namespaces=["a", "b"])
+    assert overridden.namespace is None
+    assert overridden.namespaces == ("a", "b")
