@@ -251,7 +251,19 @@ def test_a_user_s_run_on_envtest_assets_shows_the_manager_log_of_a_failing_test(
 def test_a_namespace_the_test_deleted_is_no_teardown_error(
     kube_control_plane: controlplane.ControlPlane, kube_namespace: str
 ) -> None:
-    kube_control_plane.request("DELETE", f"/api/v1/namespaces/{kube_namespace}")
+    """The check is the fixture's teardown, which deletes it again: 404, now it is gone
+    (kube-controller-manager's namespace controller removes it; the suite runs one)."""
+    path = f"/api/v1/namespaces/{kube_namespace}"
+    kube_control_plane.request("DELETE", path)
+
+    def gone() -> bool:
+        try:
+            kube_control_plane.request("GET", path)
+        except controlplane.ApiError as exc:
+            return exc.status == 404
+        return False
+
+    helpers.eventually_sync(gone, within=60, what="the namespace gone")
 
 
 def test_manager_options_default_to_the_test_namespace_on_loopback() -> None:
