@@ -91,14 +91,25 @@ cluster-down: ## Stop it; SIGKILL after CLUSTER_DOWN_TIMEOUT s; no process or po
 	@$(CLUSTER_ENV) hack/cluster.sh down
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy (strict: runtime/, api/, controllers/) and the import-layering check
+lint: $(STAMP) ## ruff, mypy (strict: runtime/, api/, controllers/), the import-layering check, the docs build
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(SPHINX_BUILD)
 	$(PY) hack/gen_manifests.py --check
 	$(PY) hack/gen_rbac_overlay.py --check
 	$(PY) hack/lock.py --check
+
+# The docs site: the modules' docstrings (autodoc) and the guides in docs/ (MyST Markdown),
+# from scratch every time (-E) with warnings as errors. Their code blocks are run by
+# tests/unit/repository/test_docs.py, not here.
+DOCS_OUT := build/docs
+SPHINX_BUILD = $(PY) -m sphinx -E -W --keep-going -q -b html docs $(DOCS_OUT)
+
+.PHONY: docs
+docs: $(STAMP) ## Build the docs site into build/docs (warnings are errors); open build/docs/index.html
+	$(SPHINX_BUILD)
 
 .PHONY: lock
 lock: $(STAMP) ## Rewrite requirements.lock (the image's dependencies, pinned with hashes; needs PyPI)

@@ -34,6 +34,8 @@ Guarantees:
 
 Names: a controller's name must be unique in the process (it labels the
 metrics); a duplicate is rejected unless ``Options.skip_name_validation``.
+Inside ``with names_released():`` names are taken as usual and given back when
+the block ends (a test kit builds the same controllers once per test).
 
 Metrics (``controller`` label): ``controller_runtime_reconcile_total{result}``,
 ``controller_runtime_reconcile_errors_total``,
@@ -63,8 +65,9 @@ series with ``controller`` and ``name`` both the controller name.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from runtime import clock as clock_
 from runtime import reconcile
@@ -72,7 +75,7 @@ from runtime import source as source_
 from runtime._internal import engine
 from runtime.workqueue import ratelimiter, ratelimiting
 
-__all__ = ["Controller", "Options"]
+__all__ = ["Controller", "Options", "names_released"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -118,6 +121,17 @@ class Options:
 
 _used_names: set[str] = set()
 """Names of the controllers built in this process (never released, like controller-runtime's)."""
+
+
+@contextlib.contextmanager
+def names_released() -> Iterator[None]:
+    """Give back, when the block ends, the controller names taken inside it."""
+    before = set(_used_names)
+    try:
+        yield
+    finally:
+        _used_names.intersection_update(before)
+
 
 ReconcilerLike = reconcile.Reconciler | Callable[[reconcile.Request], Awaitable[reconcile.Result]]
 

@@ -1,8 +1,10 @@
 """A real Kubernetes control plane on loopback, for integration tests and local runs.
 
 Like controller-runtime's envtest, but complete enough to run an operator end
-to end: :class:`ControlPlane` starts, from binaries you built (see
-``hack/controlplane/build.sh`` in this repository),
+to end: :class:`ControlPlane` starts, from the binaries in one directory
+(:attr:`Options.bin_dir`, else ``$CONTROLPLANE_BIN_DIR``, else envtest's
+``$KUBEBUILDER_ASSETS``: see :func:`default_bin_dir`; this repository builds them
+with ``hack/controlplane/build.sh``),
 
 - **etcd** (``--unsafe-no-fsync``, data in a temp dir) and **kube-apiserver**
   (TLS on a free ``127.0.0.1`` port, a fresh CA, an admin client certificate in
@@ -14,6 +16,14 @@ to end: :class:`ControlPlane` starts, from binaries you built (see
   bound pods turn Running with an IP from their node's ``spec.podCIDR``, deleted
   pods go away) - ``Options.scheduler`` / ``Options.kwok``;
 - the **pod network** (:class:`PodNetwork`) - ``Options.pod_network``, needs root.
+
+With the default :class:`Options` it runs only etcd and kube-apiserver, which is
+what envtest's asset directory holds (``etcd``, ``kube-apiserver``, ``kubectl``):
+the API with its validation, defaulting, admission, RBAC, watches and
+finalizers, but no garbage collection, no namespace deletion (a deleted
+namespace stays ``Terminating``) and no pods that run. Asking for a component
+whose binary is not in the directory is a :class:`ControlPlaneError` naming it,
+raised before anything starts.
 
 It writes an admin kubeconfig, waits until ``/readyz`` is ok and the
 ``default`` namespace exists, can install CRDs from a directory (and waits until
@@ -78,6 +88,10 @@ __all__ = [
 BIN_DIR_ENV = "CONTROLPLANE_BIN_DIR"
 """Environment variable naming the directory with the control-plane binaries."""
 
+ENVTEST_ENV = "KUBEBUILDER_ASSETS"
+"""envtest's variable: a directory with ``etcd``, ``kube-apiserver`` and ``kubectl``
+(what ``setup-envtest use -p path`` prints). Read when :data:`BIN_DIR_ENV` is unset."""
+
 DEFAULT_POD_CIDR = "198.18.0.0/16"
 """Pod addresses come from the range reserved for benchmark networks (RFC 2544)."""
 
@@ -121,10 +135,23 @@ class ApiError(RuntimeError):
         super().__init__(f"HTTP {status}: {message}")
 
 
+def _check_binary(name: str, binary: pathlib.Path) -> None:
+    if not os.access(binary, os.X_OK):
+        raise ControlPlaneError(
+            name,
+            f"binary {binary} is missing or not executable; build it with "
+            f"hack/controlplane/build.sh (or set ${BIN_DIR_ENV}, or ${ENVTEST_ENV} "
+            "for etcd and kube-apiserver only)",
+        )
+
+
 def default_bin_dir() -> pathlib.Path | None:
-    """``$CONTROLPLANE_BIN_DIR`` if set, else ``None``."""
-    value = os.environ.get(BIN_DIR_ENV)
-    return pathlib.Path(value) if value else None
+    """``$CONTROLPLANE_BIN_DIR`` if set (non-empty), else ``$KUBEBUILDER_ASSETS`` if
+    set, else ``None``."""
+    for variable in (BIN_DIR_ENV, ENVTEST_ENV):
+        if value := os.environ.get(variable):
+            return pathlib.Path(value)
+    return None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -133,7 +160,8 @@ class Options:
 
     bin_dir: pathlib.Path | None = None
     """Directory with ``etcd``, ``kube-apiserver`` (and the optional binaries).
-    Default: ``$CONTROLPLANE_BIN_DIR``; required one way or the other."""
+    Default: :func:`default_bin_dir` (``$CONTROLPLANE_BIN_DIR``, else
+    ``$KUBEBUILDER_ASSETS``); required one way or the other."""
 
     controller_manager: bool = False
     """Run kube-controller-manager (garbage collection, namespaces, EndpointSlices, Jobs).
@@ -178,13 +206,7 @@ class _Process:
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self, env: Mapping[str, str] | None = None) -> None:
-        binary = self.args[0]
-        if not os.access(binary, os.X_OK):
-            raise ControlPlaneError(
-                self.name,
-                f"binary {binary} is missing or not executable; build it with "
-                "hack/controlplane/build.sh (or set $CONTROLPLANE_BIN_DIR)",
-            )
+        _check_binary(self.name, pathlib.Path(self.args[0]))
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
                 self.args,
@@ -321,7 +343,8 @@ class ControlPlane:
             raise ControlPlaneError(
                 "control-plane",
                 f"no binaries: pass Options(bin_dir=...) or set ${BIN_DIR_ENV} "
-                "(hack/controlplane/build.sh prints the directory)",
+                "(hack/controlplane/build.sh prints the directory) or envtest's "
+                f"${ENVTEST_ENV}",
             )
         self.bin_dir = pathlib.Path(bin_dir)
         self.dir: pathlib.Path | None = None
@@ -363,6 +386,15 @@ class ControlPlane:
     def _start(self) -> None:
         assert self.dir is not None
         opts = self.options
+        wanted = {
+            "etcd": True,
+            "kube-apiserver": True,
+            "kube-controller-manager": opts.controller_manager,
+            "kube-scheduler": opts.scheduler,
+            "kwok": opts.kwok,
+        }
+        for name in (name for name, on in wanted.items() if on):
+            _check_binary(name, self.bin_dir / name)  # before anything starts
         timeout = opts.start_timeout
         if opts.pod_network:
             self.pod_network = PodNetwork(self.dir / "podnet", connections=self.connections)
@@ -1201,7 +1233,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             print(line, flush=True)
         return 0
     if args.bin_dir is None:
-        parser.error(f"--bin-dir is required (or set ${BIN_DIR_ENV})")
+        parser.error(f"--bin-dir is required (or set ${BIN_DIR_ENV} or ${ENVTEST_ENV})")
 
     stop = threading.Event()
     starting = [True]

@@ -1,10 +1,12 @@
 """Fixtures for tests against the real control plane.
 
-- ``control_plane`` (session): etcd, kube-apiserver, kube-controller-manager,
-  kube-scheduler, kwok with two fake nodes, and the pod network, built from the
-  Go modules pinned in ``hack/controlplane/versions.env`` on first use. A build
-  failure fails the tests with the Go error; nothing here ever skips.
-- ``namespace``: a fresh namespace per test (deleted afterwards).
+The control plane and the namespaces are the test kit's
+(:mod:`runtime.testing.pytest_plugin`); the root ``conftest.py`` says which
+control plane (one for the whole session: every component, the pod network,
+``testdata/crds``); this file keeps the short names these tests use:
+
+- ``control_plane`` (session): the kit's ``kube_control_plane``.
+- ``namespace``: the kit's ``kube_namespace``, a fresh namespace per test.
 - ``api_client``: a kubernetes-asyncio ``ApiClient`` configured from the kubeconfig.
 - ``client``: our :class:`runtime.client.Client` from the kubeconfig, with the test
   kinds (``helpers.WIDGETS``, ``helpers.GADGETS``) registered.
@@ -13,8 +15,7 @@
 from __future__ import annotations
 
 import pathlib
-import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes_asyncio import client as k8s
@@ -23,10 +24,6 @@ from kubernetes_asyncio import config as k8s_config
 from runtime.client import client as client_
 from runtime.testing import controlplane
 from tests.integration import helpers
-from tests.support import tools
-
-CRDS = pathlib.Path(__file__).parent / "testdata" / "crds"
-
 
 INTEGRATION_TIMEOUT = 300
 """Seconds per integration test, including its share of fixture set-up (the first one
@@ -42,36 +39,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def bin_dir() -> pathlib.Path:
-    """Build (or reuse) the control-plane binaries; fail loudly if the build fails."""
-    return tools.built("hack/controlplane/build.sh")
-
-
-@pytest.fixture(scope="session")
-def control_plane(bin_dir: pathlib.Path) -> Iterator[controlplane.ControlPlane]:
-    options = controlplane.Options(
-        bin_dir=bin_dir,
-        controller_manager=True,
-        scheduler=True,
-        kwok=True,
-        nodes=2,
-        pod_network=True,
-        crd_dirs=[CRDS],
-        uncached_resources=["gadgets.test.rayservice.dev"],
-    )
-    with controlplane.running(options) as cp:
-        yield cp
+def control_plane(kube_control_plane: controlplane.ControlPlane) -> controlplane.ControlPlane:
+    return kube_control_plane
 
 
 @pytest.fixture
-def namespace(control_plane: controlplane.ControlPlane) -> Iterator[str]:
-    name = f"test-{secrets.token_hex(4)}"
-    control_plane.request(
-        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                       "metadata": {"name": name}}
-    )  # fmt: skip
-    yield name
-    control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
+def namespace(kube_namespace: str) -> str:
+    return kube_namespace
 
 
 @pytest.fixture

@@ -344,6 +344,18 @@ def test_name_validation_can_be_skipped() -> None:
     assert twin.name == name
 
 
+def test_names_taken_inside_names_released_are_free_after_it() -> None:
+    kept, released = unique("kept"), unique("released")
+    controller.Controller(kept, _noop)
+    with controller.names_released():
+        controller.Controller(released, _noop)
+        with pytest.raises(ValueError, match="already exists"):
+            controller.Controller(released, _noop)  # still unique inside the block
+    controller.Controller(released, _noop)  # free again
+    with pytest.raises(ValueError, match="already exists"):
+        controller.Controller(kept, _noop)  # taken before the block: still taken
+
+
 def test_a_rejected_options_error_does_not_reserve_the_name() -> None:
     name = unique("dup")
     with pytest.raises(TypeError):

@@ -27,6 +27,8 @@ PUBLIC = [
     "runtime.testing.clock",
     "runtime.testing.fake",
     "runtime.testing.controlplane",
+    "runtime.testing.pytest_plugin",
+    "runtime.testing.runner",
     "runtime.tls",
     "runtime.webhook",
     "runtime.webhook.admission",

@@ -1,0 +1,96 @@
+"""Every code block of the docs runs, or is still in the file it quotes.
+
+The rules for a fenced block in ``docs/**/*.md``:
+
+- ``python``: executed, in order with the other blocks of its page, in one namespace
+  and one event loop (a block may ``await`` at top level); any exception fails;
+- ``{code-block} python`` or ``{code-block} yaml`` with ``:caption: PATH``: an
+  excerpt, which must be found verbatim in ``PATH`` (relative to the repository
+  root) - that file is run by its own tests. (A directive, not a ``python`` fence,
+  so that ruff's Markdown formatting leaves the quoted indentation alone; the
+  caption shows the file on the page);
+- ``text``: output or a diagram, nothing to run;
+- another ``{directive}``: MyST markup (a toctree), not code.
+
+Anything else fails: a block nobody runs is a block that rots.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import pathlib
+import re
+
+import pytest
+
+from runtime import controller
+from tests.unit import helpers
+
+DOCS = helpers.ROOT / "docs"
+PAGES = sorted(DOCS.rglob("*.md"))
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+
+
+def blocks(page: pathlib.Path) -> list[tuple[str, str, int]]:
+    """``(info string, body, line)`` of each fenced block of ``page``."""
+    text = page.read_text()
+    return [
+        (m.group(1).strip(), m.group(2), text.count("\n", 0, m.start()) + 1)
+        for m in FENCE.finditer(text)
+    ]
+
+
+def test_the_guides_are_there() -> None:
+    names = {p.relative_to(DOCS).as_posix() for p in PAGES}
+    for guide in ("reconcile", "status", "cache", "manager", "testing"):
+        assert f"guides/{guide}.md" in names
+    assert {"index.md", "tutorial.md", "architecture.md"} <= names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_every_block_runs_or_is_quoted_verbatim(page: pathlib.Path) -> None:
+    runnable: list[tuple[str, int]] = []
+    for info, body, line in blocks(page):
+        where = f"{page.relative_to(helpers.ROOT)}:{line}"
+        if info in ("{code-block} python", "{code-block} yaml"):
+            path, excerpt = _excerpt(body)
+            assert path, f"{where}: an excerpt needs :caption: <the file it quotes>"
+            source = (helpers.ROOT / path).read_text()
+            assert excerpt in source, f"{where}: excerpt no longer in {path}:\n{excerpt}"
+        elif info.startswith("{") or info == "text":
+            continue
+        elif info == "python":
+            runnable.append((body, line))
+        else:
+            pytest.fail(f"{where}: a ```{info} block is neither run nor checked")
+    if runnable:
+        _run(page, runnable)
+
+
+def _excerpt(body: str) -> tuple[str, str]:
+    """The ``:caption:`` of a ``{code-block}`` and its content after the options."""
+    lines = body.splitlines(keepends=True)
+    options = 0
+    caption = ""
+    while options < len(lines) and lines[options].startswith(":"):
+        key, _, value = lines[options][1:].partition(":")
+        if key == "caption":
+            caption = value.strip()
+        options += 1
+    return caption, "".join(lines[options:])
+
+
+def _run(page: pathlib.Path, runnable: list[tuple[str, int]]) -> None:
+    """Run the page's python blocks in order, sharing globals and one event loop."""
+    namespace: dict[str, object] = {"__name__": f"docs.{page.stem}"}
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    # A page may build the same controllers as the tests do: keep their names free.
+    with controller.names_released(), asyncio.Runner() as loop:
+        for body, line in runnable:
+            # Pad so that a traceback's line numbers are the page's own.
+            code = compile("\n" * line + body, str(page), "exec", flags=flags)
+            result = eval(code, namespace)
+            if inspect.iscoroutine(result):
+                loop.run(result)
