@@ -225,10 +225,10 @@ def test_options_are_checked_and_normalised() -> None:
 async def test_the_managers_option_reaches_its_cache_and_stays_hashable() -> None:
     client = fake.FakeClient()
     by = {POD: cache_.ByResource(label_selector=RAY_PODS)}
-    options = manager.Options(cache_by_resource=by)
-    assert options == manager.Options(cache_by_resource={"pods": by[POD]})
+    options = manager.Options(name="x", cache_by_resource=by)
+    assert options == manager.Options(name="x", cache_by_resource={"pods": by[POD]})
     hash(options)
-    assert dict(manager.Options().cache_by_resource) == {}, "default: nothing filtered"
+    assert dict(manager.Options(name="x").cache_by_resource) == {}, "default: nothing filtered"
     mgr = manager.Manager(client, options)  # type: ignore[arg-type]
     assert mgr.cache.by_resource["pods"].label_selector == RAY_PODS
     informer = mgr.cache.informer(POD)
@@ -236,4 +236,4 @@ async def test_the_managers_option_reaches_its_cache_and_stays_hashable() -> Non
     assert [r.label_selector for r in informer.reflectors] == [RAY_PODS]
     assert mgr.cache.informer(CM).reflector.label_selector is None
     with pytest.raises(ValueError, match="invalid label selector"):
-        manager.Options(cache_by_resource={"pods": cache_.ByResource(label_selector="(")})
+        manager.Options(name="x", cache_by_resource={"pods": cache_.ByResource(label_selector="(")})
