@@ -59,6 +59,7 @@ import dataclasses
 import io
 import json
 import os
+import pathlib
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -241,11 +242,24 @@ class Client:
 
         A plain kubeconfig (certificates or a token) is read by
         :mod:`runtime.client.kubeconfig`; anything else (exec plugins, auth providers,
-        a ``$KUBECONFIG`` list to merge) by kubernetes-asyncio, imported only then."""
+        a ``$KUBECONFIG`` list to merge) by kubernetes-asyncio, imported only then: it
+        is the framework's optional dependency (``k8s-controller-runtime[full-kubeconfig]``),
+        and ``ImportError`` says so when such a kubeconfig meets an installation without it."""
+        if path is None:
+            listed = [e for e in os.environ.get("KUBECONFIG", "").split(os.pathsep) if e]
+            if len(listed) <= 1:  # one file, nothing to merge
+                path = listed[0] if listed else pathlib.Path.home() / ".kube" / "config"
         if path is not None and (light := kubeconfig.from_kubeconfig(path, context)):
             return cls(light, options=options)
-        from kubernetes_asyncio import client as k8s
-        from kubernetes_asyncio import config as k8s_config
+        try:
+            from kubernetes_asyncio import client as k8s
+            from kubernetes_asyncio import config as k8s_config
+        except ModuleNotFoundError as exc:
+            what = f"kubeconfig {path}" if path is not None else "a $KUBECONFIG list"
+            raise ImportError(
+                f"{what} needs kubernetes-asyncio (exec plugins, auth providers, merging):"
+                " pip install 'k8s-controller-runtime[full-kubeconfig]'"
+            ) from exc
 
         configuration = k8s.Configuration()
         await k8s_config.load_kube_config(
