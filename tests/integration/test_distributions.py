@@ -20,6 +20,7 @@ import asyncio
 import base64
 import csv
 import hashlib
+import importlib.metadata
 import os
 import pathlib
 import shutil
@@ -32,6 +33,7 @@ import zipfile
 from typing import Any
 
 import pytest
+from packaging import version
 
 import runtime
 from runtime.client import client as client_
@@ -75,6 +77,11 @@ class Built:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     assert (WHEELHOUSE / ".complete").is_file(), (
         f"{WHEELHOUSE} is missing or incomplete: run `make wheelhouse` (needs PyPI once)"
+    )
+    setuptools = version.Version(importlib.metadata.version("setuptools"))
+    assert setuptools >= version.Version("77"), (
+        f"setuptools {setuptools} cannot build these pyprojects (license expressions): "
+        "run `make venv` (the dev extra asks for setuptools>=77)"
     )
     source = tmp_path_factory.mktemp("source")
     for name in SOURCES:
