@@ -5,7 +5,8 @@
   and declares every third-party module ``runtime`` imports; one imported only inside a
   function may come from an extra instead (kubernetes-asyncio: ``full-kubeconfig``);
 - ``pyproject.toml`` (rayservice-operator) declares what ``api`` and ``controllers``
-  import, and pins the framework at ``runtime.__version__``, the one written version;
+  import, and pins the framework at ``runtime.__version__``, the one written version
+  (the Helm chart's ``appVersion``, the image tag, is checked against it too);
 - every package ships ``py.typed``.
 """
 
@@ -18,6 +19,7 @@ import sys
 import tomllib
 from typing import Any
 
+import yaml
 from packaging import requirements, utils
 
 import runtime
@@ -107,6 +109,8 @@ def test_one_version_for_both_distributions() -> None:
     ]
     assert str(pin.specifier) == f"=={runtime.__version__}", "bump the operator's pin too"
     assert pin.extras == {"full-kubeconfig"}, "the operator reads any kubeconfig"
+    chart = yaml.safe_load((ROOT / "helm-chart" / "rayservice-operator" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == runtime.__version__, "the chart's image tag follows too"
 
 
 def test_every_package_is_typed_and_licensed() -> None:
