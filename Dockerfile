@@ -9,19 +9,21 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # Install the dependencies from requirements.lock (exact versions, every file checked
-# against its sha256: `hack/lock.py` writes it), then a wheel of the project itself
-# without resolving anything; the venv is all the final stage takes.
+# against its sha256: `hack/lock.py` writes it), then wheels of this repository's two
+# distributions - the framework (k8s-controller-runtime, runtime/pyproject.toml) and the
+# operator on it (pyproject.toml) - without resolving anything; `pip check` proves the
+# operator's pin of the framework holds. The venv is all the final stage takes.
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 COPY requirements.lock ./
 RUN python -m venv --without-pip /opt/venv \
     && pip --python /opt/venv/bin/python install --require-hashes --no-deps -r requirements.lock
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE MANIFEST.in ./
 COPY runtime runtime
 COPY api api
 COPY controllers controllers
-RUN pip wheel --no-deps --wheel-dir /wheels . \
+RUN pip wheel --no-deps --wheel-dir /wheels ./runtime . \
     && pip --python /opt/venv/bin/python install --no-deps /wheels/*.whl \
     && pip --python /opt/venv/bin/python check
 

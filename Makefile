@@ -11,14 +11,32 @@ STAMP := $(VENV)/.installed
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# Two distributions, both editable: the framework (k8s-controller-runtime, from runtime/)
+# first, then the operator on it with its test and dev extras.
+$(STAMP): pyproject.toml runtime/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ./runtime
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
+# Wheels of every locked dependency (requirements.lock: exact versions, hashes checked), so
+# that tests/integration/test_distributions.py installs the built wheels into fresh venvs
+# with no network: `pip install --no-index --find-links build/wheelhouse`.
+WHEELHOUSE := build/wheelhouse
+WHEELHOUSE_STAMP := $(WHEELHOUSE)/.complete
+
+$(WHEELHOUSE_STAMP): requirements.lock | $(STAMP)
+	@rm -rf $(WHEELHOUSE)
+	$(PY) -m pip download --quiet --only-binary=:all: --no-deps --require-hashes \
+		--dest $(WHEELHOUSE) -r requirements.lock
+	@touch $@
+
+.PHONY: wheelhouse
+wheelhouse: $(WHEELHOUSE_STAMP) ## Download the locked dependencies' wheels into build/wheelhouse (needs PyPI)
+
 .PHONY: venv
-venv: $(STAMP) ## Create .venv and install the project with its test and dev extras
+venv: $(STAMP) $(WHEELHOUSE_STAMP) ## Create .venv with the framework and the operator (test and dev extras), and the wheelhouse
 
 CONTROLPLANE_BUILD := hack/controlplane/build.sh
 CLUSTER_DIR := .cluster
@@ -52,7 +70,7 @@ COVERAGE_DIR := build/coverage
 # per-package ones in hack/coverage_floor.py), and the failed tests again (hack/test_failures.py:
 # CI shows only the tail). Fails if the tests or a floor fail.
 .PHONY: test
-test: $(STAMP) controlplane ray helm traefik gateway-api ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
+test: $(STAMP) $(WHEELHOUSE_STAMP) controlplane ray helm traefik gateway-api ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
 	@rm -rf $(COVERAGE_DIR)
 	@status=0; $(PY) -m coverage run -m pytest --junitxml=$(COVERAGE_DIR)/junit.xml || status=$$?; \
 	$(PY) -m coverage combine -q && \

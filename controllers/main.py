@@ -101,8 +101,16 @@ from runtime import log, manager
 from runtime.client import client as client_
 from runtime.webhook import server as webhook_server
 
-__all__ = ["Settings", "main"]
+__all__ = ["NAME", "USER_AGENT", "Settings", "main"]
 
+
+NAME = "rayservice-operator"
+"""The operator's name (:attr:`runtime.manager.Options.name`): its field manager, its
+Events' source component, and the product token of its User-Agent."""
+
+USER_AGENT = f"{NAME}/runtime"
+"""The User-Agent of its API calls, as before the framework derived one (the benchmarks
+and audit queries match it)."""
 
 _NAMESPACES = Annotated[list[str], NoDecode]  # "a,b" from the environment, not JSON only
 
@@ -429,7 +437,9 @@ def _report(settings: Settings, overridden: Sequence[str]) -> None:
 
 
 async def _client(settings: Settings) -> client_.Client:
-    options = client_.Options(qps=settings.qps or None, burst=settings.burst)
+    options = client_.Options(
+        name=NAME, user_agent=USER_AGENT, qps=settings.qps or None, burst=settings.burst
+    )
     path = settings.kubeconfig or (
         pathlib.Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None
     )
@@ -467,6 +477,7 @@ async def _run(
     mgr = manager.Manager(
         client,
         manager.Options(
+            name=NAME,
             namespaces=tuple(dict.fromkeys(settings.namespace)),
             metrics_bind_address=settings.metrics_bind_address,
             health_probe_bind_address=settings.health_probe_bind_address,

@@ -25,6 +25,8 @@ import runtime
 
 CONFIGMAPS = runtime.client.resources.default_registry.for_kind("v1", "ConfigMap")
 LABEL = "mirror"
+NAME = "configmap-mirror"
+"""The operator's name: everything that identifies it to the cluster derives from it."""
 
 
 class Mirror:
@@ -64,7 +66,7 @@ def build(manager: runtime.Manager, **options: Any) -> runtime.Controller:
         runtime.Builder(manager)
         .for_(CONFIGMAPS)
         .owns(CONFIGMAPS)
-        .named("configmap-mirror")
+        .named(NAME)
         .with_options(**options)
         .complete(Mirror(manager))
     )
@@ -77,7 +79,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leader-elect", action="store_true")
     parser.add_argument("--metrics-bind-address", default="127.0.0.1:8080")
     parser.add_argument("--health-probe-bind-address", default="127.0.0.1:8081")
-    defaults = runtime.ManagerOptions()
+    defaults = runtime.ManagerOptions(name=NAME)
     parser.add_argument(
         "--leader-elect-lease-duration",
         type=int,
@@ -95,9 +97,9 @@ async def main(argv: list[str] | None = None) -> int:
     manager = runtime.Manager(
         client,
         runtime.ManagerOptions(
+            name=NAME,  # its Lease "configmap-mirror-leader", field manager, Events' source
             namespace=args.namespace,
             leader_election=args.leader_elect,
-            leader_election_id="configmap-mirror",
             lease_duration=args.leader_elect_lease_duration,
             renew_deadline=args.leader_elect_renew_deadline,
             retry_period=args.leader_elect_retry_period,

@@ -4,7 +4,9 @@
 The image (``Dockerfile``) installs from this file with ``pip install --require-hashes``,
 so a build gets exactly the distributions reviewed here, byte for byte, whatever PyPI
 serves later. What is pinned is the closure of ``[project].dependencies`` as installed
-in this environment (``make venv``: the versions the tests ran with); the hashes are
+in this environment (``make venv``: the versions the tests ran with), where the
+framework (``k8s-controller-runtime``, built from this repository's ``runtime/``, never
+fetched) stands for its own dependencies and those of the extras asked for; the hashes are
 PyPI's sha256 digests of every file of that version that an image can use (CPython 3.11
 wheels, pure-Python wheels, the sdist), read from ``https://pypi.org/pypi/<name>/json``.
 
@@ -23,12 +25,14 @@ import re
 import sys
 import tomllib
 import urllib.request
+from typing import Any
 
 from packaging import markers, requirements, utils, version
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
-PROJECT = "rayservice-operator"
+LOCAL = {"k8s-controller-runtime": ROOT / "runtime" / "pyproject.toml"}
+"""Distributions built from this repository: never pinned, their dependencies are."""
 _ENVIRONMENT = {"python_version": "3.11", "sys_platform": "linux", "platform_system": "Linux"}
 _USABLE = re.compile(r"(cp311|abi3|py3-none-any|py2\.py3-none-any)")
 
@@ -40,12 +44,32 @@ def _applies(requirement: requirements.Requirement) -> bool:
     return requirement.marker.evaluate(environment)
 
 
+def _project(pyproject: pathlib.Path) -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads(pyproject.read_text())["project"]
+    return project
+
+
+def declared() -> list[requirements.Requirement]:
+    """The operator's dependencies from PyPI: its own, and in place of a distribution of
+    this repository (:data:`LOCAL`) that one's, with those of the extras asked for."""
+    found = []
+    for text in _project(ROOT / "pyproject.toml")["dependencies"]:
+        requirement = requirements.Requirement(text)
+        local = LOCAL.get(utils.canonicalize_name(requirement.name))
+        if local is None:
+            found.append(requirement)
+            continue
+        project = _project(local)
+        texts = list(project.get("dependencies", []))
+        for extra in sorted(requirement.extras):
+            texts += project["optional-dependencies"][extra]
+        found += map(requirements.Requirement, texts)
+    return found
+
+
 def closure() -> dict[str, str]:
     """Canonical name -> installed version of every runtime dependency, transitively."""
-    pending = [
-        requirements.Requirement(r)
-        for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    ]
+    pending = declared()
     found: dict[str, str] = {}
     while pending:
         requirement = pending.pop()
@@ -102,8 +126,7 @@ def problems(text: str) -> list[str]:
     """Why the lock does not cover pyproject.toml's dependencies (no network)."""
     locked = parse(text)
     found = []
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    for requirement in map(requirements.Requirement, declared):
+    for requirement in declared():
         name = utils.canonicalize_name(requirement.name)
         if name not in locked:
             found.append(f"{name} is not pinned")

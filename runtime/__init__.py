@@ -78,6 +78,10 @@ from runtime.manager import Manager
 from runtime.manager import Options as ManagerOptions
 from runtime.reconcile import Func, Reconciler, Request, Result, TerminalError
 
+__version__ = "0.1.0"
+"""The version of both distributions built from this repository (the framework,
+``k8s-controller-runtime``, and the operator on it): the one place it is written."""
+
 __all__ = [
     "Builder",
     "Controller",
@@ -89,6 +93,7 @@ __all__ = [
     "Request",
     "Result",
     "TerminalError",
+    "__version__",
     "builder",
     "cache",
     "client",

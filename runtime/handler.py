@@ -3,19 +3,19 @@
 A handler maps an :class:`~runtime.cache.informer.Event` to the
 :class:`~runtime.reconcile.Request` keys to enqueue:
 
-- :func:`for_object`: the object itself (``For(RayService)``);
+- :func:`for_object`: the object itself (``For(Database)``);
 - :func:`for_owner`: its **controller** owner, if that owner has the given kind
-  (``Owns(RayCluster)``: a change to a RayCluster reconciles its RayService); on
+  (``Owns(StatefulSet)``: a change to a StatefulSet reconciles its Database); on
   an update, the old object's owner too (an object that left its owner wakes it);
 - :func:`map_to`: anything a function returns (for relations that are not
   owner references, e.g. by label).
 
 >>> from runtime.cache.informer import Event
->>> ref = {"apiVersion": "ray.io/v1", "kind": "RayService", "name": "svc",
+>>> ref = {"apiVersion": "example.com/v1", "kind": "Database", "name": "db",
 ...        "uid": "u1", "controller": True}
->>> pod = {"metadata": {"namespace": "ns", "name": "svc-head", "ownerReferences": [ref]}}
->>> for_object()(Event("add", pod)), for_owner("ray.io/v1", "RayService")(Event("add", pod))
-([Request(namespace='ns', name='svc-head')], [Request(namespace='ns', name='svc')])
+>>> pod = {"metadata": {"namespace": "ns", "name": "db-0", "ownerReferences": [ref]}}
+>>> for_object()(Event("add", pod)), for_owner("example.com/v1", "Database")(Event("add", pod))
+([Request(namespace='ns', name='db-0')], [Request(namespace='ns', name='db')])
 """
 
 from __future__ import annotations

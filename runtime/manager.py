@@ -1,5 +1,10 @@
 """The manager: one process, started in the right order, one active replica, stopped cleanly.
 
+**Identity.** An operator has one name, :attr:`Options.name` (required): its Lease
+is ``<name>-leader``, its Events' source ``<name>``, and a client that has no name of
+its own gets this one (:meth:`runtime.client.Client.default_name`: field manager
+``<name>``), unless the options say otherwise.
+
 A :class:`Manager` owns the client, the cache, the event recorder and a set
 of **runnables** - anything with ``async def start(stop: asyncio.Event)`` that
 blocks until ``stop`` is set (a :class:`~runtime.controller.Controller` is
@@ -120,7 +125,14 @@ class _Started:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Options:
-    """Manager settings. Every field states its default."""
+    """Manager settings. Every field states its default; ``name`` has none."""
+
+    name: str
+    """Who this operator is, e.g. ``"configmap-mirror"``: required, and the default of
+    its Lease (``leader_election_id``: ``<name>-leader``), its Events' source
+    (``component``: ``<name>``) and, through the :class:`Manager`, of its client's field
+    manager and User-Agent (:attr:`runtime.client.client.Options.name`). Two operators
+    with different names never share a Lease nor look alike in ``managedFields``."""
 
     namespaces: Sequence[str] = ()
     """Watch only these namespaces (the cache lists and watches each one; the RBAC then
@@ -179,8 +191,8 @@ class Options:
     leader_election: bool = False
     """Run leader runnables only while holding the Lease. Default off."""
 
-    leader_election_id: str = "rayservice-operator-leader"
-    """The Lease name. Default "rayservice-operator-leader"."""
+    leader_election_id: str = ""
+    """The Lease name. Default ``""``: ``<name>-leader``."""
 
     leader_election_namespace: str | None = None
     """The Lease namespace. Default: the pod's own (``$POD_NAMESPACE``, else the service
@@ -203,8 +215,8 @@ class Options:
     cache_sync_timeout: float = 120.0
     """Seconds the caches get to sync at start-up. Default 120 s."""
 
-    component: str = "rayservice-operator"
-    """Name used for Events' source. Default "rayservice-operator"."""
+    component: str = ""
+    """Name used for Events' source. Default ``""``: ``name``."""
 
     events: events.Options = dataclasses.field(default_factory=events.Options)
     """Options of every Event recorder (:attr:`Manager.events`, :meth:`Manager.recorder`),
@@ -217,6 +229,13 @@ class Options:
     ``tls.crt``/``tls.key`` in ``$TMPDIR/k8s-webhook-server/serving-certs``."""
 
     def __post_init__(self) -> None:
+        # The defaults derived from the name, applied here only.
+        if not self.name:
+            raise ValueError("manager.Options needs a name (the operator's)")
+        if not self.leader_election_id:
+            object.__setattr__(self, "leader_election_id", f"{self.name}-leader")
+        if not self.component:
+            object.__setattr__(self, "component", self.name)
         # Fail at construction on both or bad names; keep a hashable tuple of them.
         names = informer_.namespaces_of(None, self.namespaces)
         informer_.namespaces_of(self.namespace, names)
@@ -257,9 +276,13 @@ def _parse_address(address: str) -> tuple[str, int] | None:
 class Manager:
     """See the module docstring."""
 
-    def __init__(self, client: client_.Client, options: Options | None = None) -> None:
+    def __init__(self, client: client_.Client, options: Options) -> None:
         self.client = client
-        self.options = options or Options()
+        self.options = options
+        # A client given no name of its own takes the manager's (field manager, User-Agent);
+        # a stand-in without the method (a fake) has no identity to set.
+        if (name_client := getattr(client, "default_name", None)) is not None:
+            name_client(options.name)
         self.cache = cache_.Cache(
             client,
             namespace=self.options.namespace,

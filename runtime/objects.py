@@ -25,12 +25,12 @@ do not replace whole sub-objects you do not.
 The object returned is always the caller's own (a private copy, never the
 cache's shared object), whatever the operation.
 
->>> owner = {"apiVersion": "ray.io/v1", "kind": "RayService",
-...          "metadata": {"name": "svc", "uid": "u1"}}
->>> child = {"metadata": {"name": "svc-raycluster-abcde"}}
+>>> owner = {"apiVersion": "example.com/v1", "kind": "Database",
+...          "metadata": {"name": "db", "uid": "u1"}}
+>>> child = {"metadata": {"name": "db-backup-abcde"}}
 >>> set_controller_reference(owner, child)["metadata"]["ownerReferences"][0]["controller"]
 True
->>> FINALIZER = "ray.io/rayservice-finalizer"
+>>> FINALIZER = "example.com/database-finalizer"
 >>> add_finalizer(child, FINALIZER), has_finalizer(child, FINALIZER)
 (True, True)
 >>> add_finalizer(child, FINALIZER)   # already there: nothing to write
@@ -123,9 +123,9 @@ def owner_reference(
     ``api_version`` and ``kind`` stand in when ``owner`` carries none (the items of a
     list answer do not); :class:`ValueError` when neither says.
 
-    >>> owner_reference({"metadata": {"name": "svc", "uid": "u1"}},
-    ...                 api_version="ray.io/v1", kind="RayService")["kind"]
-    'RayService'
+    >>> owner_reference({"metadata": {"name": "db", "uid": "u1"}},
+    ...                 api_version="example.com/v1", kind="Database")["kind"]
+    'Database'
     """
     meta = owner.get("metadata") or {}
     version = owner.get("apiVersion") or api_version

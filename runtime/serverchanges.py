@@ -9,10 +9,10 @@ generalised to ``[*]``), rewrites a desired status as the server would keep it
 was not seen for ``relearn_after`` seconds, and holds at most ``max_learned``.
 
 >>> changes = ServerChanges()
->>> key = ("ray.io/v1", "RayService")
+>>> key = ("example.com/v1", "Database")
 >>> changes.learn(key, {"extra": 1, "a": 1}, {"a": 1})   # the schema pruned "extra"
 >>> changes.learned(), changes.means(key, {"a": 1}, {"extra": 2, "a": 1})
-([('RayService', 'status.extra', 'pruned')], True)
+([('Database', 'status.extra', 'pruned')], True)
 """
 
 from __future__ import annotations

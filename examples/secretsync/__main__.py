@@ -24,9 +24,8 @@ async def main(argv: list[str] | None = None) -> int:
     manager = runtime.Manager(
         client,
         runtime.ManagerOptions(
+            name="secretsync",  # its Lease "secretsync-leader", field manager, Events' source
             leader_election=args.leader_elect,
-            leader_election_id="secretsync",
-            component="secretsync",
             metrics_bind_address=args.metrics_bind_address,
             health_probe_bind_address=args.health_probe_bind_address,
         ),

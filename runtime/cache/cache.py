@@ -139,7 +139,7 @@ class ByResource:
 
     label_selector: str | None = None
     """Cache only the objects whose labels match (apimachinery syntax, e.g.
-    ``ray.io/node-type in (head,worker)``); sent to the server on every list and
+    ``app.kubernetes.io/component in (primary,replica)``); sent to the server on every list and
     watch. Default ``None``: every object."""
 
     field_selector: str | None = None
@@ -177,7 +177,7 @@ ByResourceMap = (
 
 
 def by_resource_of(given: ByResourceMap | None) -> Mapping[str, ByResource]:
-    """``given`` keyed by each resource's ``str()`` (``"pods"``, ``"rayclusters.ray.io"``),
+    """``given`` keyed by each resource's ``str()`` (``"pods"``, ``"databases.example.com"``),
     read-only and hashable; ``TypeError`` for a value that is not a :class:`ByResource`,
     ``ValueError`` for two keys naming the same resource."""
     out: dict[str, ByResource] = {}
@@ -224,7 +224,7 @@ class Cache:
     ) -> None:
         """``watch_list=True`` syncs informers with one streaming watch instead of a
         list (see :mod:`runtime.cache.reflector`). ``by_resource`` maps a resource (or
-        its ``str()``, e.g. ``"pods"``, ``"rayclusters.ray.io"``) to what the cache holds
+        its ``str()``, e.g. ``"pods"``, ``"databases.example.com"``) to what the cache holds
         of it (:class:`ByResource`). ``indexers`` (the older spelling) maps a resource's
         ``str()`` to extra indexers; they join those of ``by_resource`` (one name given
         in both is a ``ValueError``). ``transform`` runs on every object of every

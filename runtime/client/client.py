@@ -21,6 +21,11 @@ Contract:
 - **Patches always say their content type**: ``merge`` (application/merge-patch+json),
   ``json`` (application/json-patch+json), ``strategic``, ``apply`` (server-side
   apply, with ``field_manager`` and ``force``).
+- **Identity**: every write says its ``fieldManager`` and every request its
+  User-Agent, both derived from ``Options.name`` unless set (:func:`identity`, the one
+  place): ``<name>`` and ``<name> k8s-controller-runtime/<version>``. A client with no
+  name takes its :class:`~runtime.manager.Manager`'s (:meth:`Client.default_name`);
+  one that nobody named is ``k8s-controller-runtime``, never an operator.
 - **Client-side rate limiting** is off by default (``Options.qps=None``, as in
   controller-runtime since v0.21, relying on the server's priority and
   fairness); set ``qps``/``burst`` to turn the token bucket on.
@@ -54,6 +59,7 @@ import dataclasses
 import io
 import json
 import os
+import pathlib
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -62,11 +68,21 @@ from typing import Any, Literal
 import aiohttp
 import tenacity
 
+import runtime
 from runtime import metrics
 from runtime.client import errors, kubeconfig, resources
 from runtime.workqueue import ratelimiter
 
-__all__ = ["Client", "ListResult", "Options", "PatchType", "RawResponse", "WatchEvent"]
+__all__ = [
+    "FRAMEWORK",
+    "Client",
+    "ListResult",
+    "Options",
+    "PatchType",
+    "RawResponse",
+    "WatchEvent",
+    "identity",
+]
 
 PatchType = Literal["merge", "json", "strategic", "apply"]
 _PATCH_CONTENT_TYPES: dict[str, str] = {
@@ -116,11 +132,19 @@ class Options:
     burst: int = 10
     """Bucket size when ``qps`` is set. Default 10."""
 
-    field_manager: str = "rayservice-operator"
-    """``fieldManager`` for writes and server-side apply. Default "rayservice-operator"."""
+    name: str | None = None
+    """Who writes through this client (the operator's name): the default of
+    ``field_manager`` and ``user_agent``. Default ``None``: a
+    :class:`runtime.manager.Manager` given this client names it after itself
+    (:meth:`Client.default_name`); a client no manager named is ``FRAMEWORK``
+    (``"k8s-controller-runtime"``)."""
 
-    user_agent: str = "rayservice-operator/runtime"
-    """User-Agent header. Default "rayservice-operator/runtime"."""
+    field_manager: str | None = None
+    """``fieldManager`` for writes and server-side apply. Default ``None``: the name."""
+
+    user_agent: str | None = None
+    """User-Agent header. Default ``None``: ``"<name> k8s-controller-runtime/<version>"``
+    (the name's product token first, then the framework's and its version)."""
 
     max_response_bytes: int = 256 * 1024 * 1024
     """Longest answer body read (larger: :class:`errors.ResponseTooLarge`). Default 256 MiB."""
@@ -147,6 +171,27 @@ class RawResponse:
     body: bytes
     location: str = ""
     """The ``Location`` header (of a redirect, which is never followed)."""
+
+
+FRAMEWORK = "k8s-controller-runtime"
+"""The framework's distribution name: the name of a client nobody named."""
+
+
+def identity(options: Options) -> tuple[str, str]:
+    """``(field manager, User-Agent)`` for ``options``: the defaults of
+    :class:`Options` applied, here only.
+
+    >>> identity(Options(name="mirror"))[0], identity(Options(name="mirror", field_manager="m"))[0]
+    ('mirror', 'm')
+    >>> identity(Options(name="mirror"))[1] == f"mirror {FRAMEWORK}/{runtime.__version__}"
+    True
+    """
+    name = options.name or FRAMEWORK
+    agent = options.user_agent or (
+        f"{FRAMEWORK}/{runtime.__version__}" if name == FRAMEWORK
+        else f"{name} {FRAMEWORK}/{runtime.__version__}"
+    )  # fmt: skip
+    return options.field_manager or name, agent
 
 
 WriteObserver = Callable[[Obj], None]
@@ -197,11 +242,24 @@ class Client:
 
         A plain kubeconfig (certificates or a token) is read by
         :mod:`runtime.client.kubeconfig`; anything else (exec plugins, auth providers,
-        a ``$KUBECONFIG`` list to merge) by kubernetes-asyncio, imported only then."""
+        a ``$KUBECONFIG`` list to merge) by kubernetes-asyncio, imported only then: it
+        is the framework's optional dependency (``k8s-controller-runtime[full-kubeconfig]``),
+        and ``ImportError`` says so when such a kubeconfig meets an installation without it."""
+        if path is None:
+            listed = [e for e in os.environ.get("KUBECONFIG", "").split(os.pathsep) if e]
+            if len(listed) <= 1:  # one file, nothing to merge
+                path = listed[0] if listed else pathlib.Path.home() / ".kube" / "config"
         if path is not None and (light := kubeconfig.from_kubeconfig(path, context)):
             return cls(light, options=options)
-        from kubernetes_asyncio import client as k8s
-        from kubernetes_asyncio import config as k8s_config
+        try:
+            from kubernetes_asyncio import client as k8s
+            from kubernetes_asyncio import config as k8s_config
+        except ModuleNotFoundError as exc:
+            what = f"kubeconfig {path}" if path is not None else "a $KUBECONFIG list"
+            raise ImportError(
+                f"{what} needs kubernetes-asyncio (exec plugins, auth providers, merging):"
+                " pip install 'k8s-controller-runtime[full-kubeconfig]'"
+            ) from exc
 
         configuration = k8s.Configuration()
         await k8s_config.load_kube_config(
@@ -239,10 +297,15 @@ class Client:
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self._ssl_context(), limit=100)
-            self._session = aiohttp.ClientSession(
-                connector=connector, headers={"User-Agent": self.options.user_agent}
-            )
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
+
+    def default_name(self, name: str) -> None:
+        """Name this client ``name`` (:attr:`Options.name`) unless its options already
+        do; from the next request on. A :class:`runtime.manager.Manager` calls it with
+        its own name."""
+        if self.options.name is None:
+            self.options = dataclasses.replace(self.options, name=name)
 
     # -- observers ---------------------------------------------------------------------------
 
@@ -275,7 +338,7 @@ class Client:
                 await asyncio.sleep(delay)
 
     async def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "User-Agent": identity(self.options)[1]}
         if content_type:
             headers["Content-Type"] = content_type
         # kubernetes-asyncio keeps the (already prefixed) token under "BearerToken".
@@ -626,7 +689,7 @@ class Client:
         return found
 
     def _manager(self) -> dict[str, Any]:
-        return {"fieldManager": self.options.field_manager}
+        return {"fieldManager": identity(self.options)[0]}
 
 
 async def read_capped(response: aiohttp.ClientResponse, limit: int, method: str, url: str) -> bytes:

@@ -8,8 +8,8 @@ discovery with :meth:`runtime.client.Client.discover`).
 >>> pods = default_registry.for_kind("v1", "Pod")
 >>> pods.path("ns", "web-0", "status")
 '/api/v1/namespaces/ns/pods/web-0/status'
->>> Resource("ray.io", "v1", "RayService", "rayservices").path("ns")
-'/apis/ray.io/v1/namespaces/ns/rayservices'
+>>> Resource("example.com", "v1", "Database", "databases").path("ns")
+'/apis/example.com/v1/namespaces/ns/databases'
 >>> default_registry.for_kind("apps/v1", "Deployment").path()
 '/apis/apps/v1/deployments'
 """

@@ -307,7 +307,7 @@ def _make_certificates(directory: pathlib.Path) -> None:
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     _openssl(
         "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "30",
-        "-subj", "/CN=rayservice-operator test CA", cwd=directory,
+        "-subj", "/CN=runtime.testing control-plane CA", cwd=directory,
     )  # fmt: skip
     leaves = {
         "apiserver": (

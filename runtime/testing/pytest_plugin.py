@@ -146,9 +146,12 @@ def fake_kube_client() -> fake.FakeClient:
 
 
 def manager_options(test_namespace: str, /, **overrides: Any) -> manager_.Options:
-    """The options ``kube_manager`` gives a manager: ``test_namespace`` only, servers on
+    """The options ``kube_manager`` gives a manager: named ``test-manager`` (its Lease
+    ``test-manager-leader`` in ``test_namespace``), ``test_namespace`` only, servers on
     ephemeral loopback ports, a 10 s shutdown budget; ``overrides`` win."""
     defaults: dict[str, Any] = {
+        "name": "test-manager",
+        "leader_election_namespace": test_namespace,
         "namespace": test_namespace,
         "metrics_bind_address": "127.0.0.1:0",
         "health_probe_bind_address": "127.0.0.1:0",

@@ -389,6 +389,7 @@ async def start_manager(
     """Start a manager for ``namespace`` with both controllers; wait until it runs."""
     client = await client_.Client.from_kubeconfig(cp.kubeconfig)
     mgr = manager_.Manager(client, manager_.Options(
+        name="rayservice-operator",
         namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
         graceful_shutdown_timeout=5.0, cache_by_resource=controllers.cache_by_resource(),
     ))  # fmt: skip

@@ -128,7 +128,8 @@ async def test_a_reconciler_lists_by_a_builder_index_over_the_builders_selector(
     unlabelled ConfigMap is never reconciled nor found by the index, and the index
     follows an update."""
     mgr = manager_.Manager(client, manager_.Options(
-        namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
+        name="index-test", namespace=namespace, metrics_bind_address="0",
+        health_probe_bind_address="0",
         graceful_shutdown_timeout=5.0))  # fmt: skip
     reconciled: list[str] = []
     red: list[list[str]] = []

@@ -93,7 +93,7 @@ class Process:
             _, text = await http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
         except (aiohttp.ClientError, OSError):
             return None
-        prefix = 'leader_election_master_status{name="configmap-mirror"} '
+        prefix = 'leader_election_master_status{name="configmap-mirror-leader"} '
         values = [float(line[len(prefix) :]) for line in text.splitlines()
                   if line.startswith(prefix)]  # fmt: skip
         return values[0] if values else None
@@ -119,7 +119,7 @@ def processes(tmp_path: pathlib.Path) -> Iterator[list[Process]]:
 
 
 async def lease_spec(client: client_.Client, namespace: str) -> dict[str, Any]:
-    return dict((await client.get(LEASES, namespace, "configmap-mirror"))["spec"])
+    return dict((await client.get(LEASES, namespace, "configmap-mirror-leader"))["spec"])
 
 
 async def poll_lease(
@@ -251,6 +251,7 @@ async def test_readyz_fails_until_caches_sync_and_metrics_are_served(
     manager = runtime.Manager(
         client,
         runtime.ManagerOptions(
+            name="readyz-test",
             namespace=namespace,
             metrics_bind_address="127.0.0.1:0",
             health_probe_bind_address="127.0.0.1:0",

@@ -106,6 +106,7 @@ async def test_the_deployed_manager_leads_from_its_own_namespace(
     manager = runtime.Manager(
         operator,
         runtime.ManagerOptions(
+            name="lease-test",
             namespace=namespace,
             metrics_bind_address="0",
             health_probe_bind_address="0",
@@ -140,6 +141,7 @@ async def test_a_forbidden_lease_is_an_error_counted_and_the_standby_stays_ready
     manager = runtime.Manager(
         operator,
         runtime.ManagerOptions(
+            name="lease-test",
             namespace=namespace,
             metrics_bind_address="127.0.0.1:0",
             health_probe_bind_address="127.0.0.1:0",
@@ -236,6 +238,7 @@ async def test_a_leader_that_loses_its_lease_stops_reconciling_at_once(
 
     def options() -> runtime.ManagerOptions:
         return runtime.ManagerOptions(
+            name="lease-test",
             namespace=namespace,
             metrics_bind_address="0",
             health_probe_bind_address="0",

@@ -56,6 +56,7 @@ async def manager(
 ) -> AsyncIterator[manager_.Manager]:
     client = await client_.Client.from_kubeconfig(control_plane.kubeconfig)
     mgr = manager_.Manager(client, manager_.Options(
+        name="rayservice-operator",
         namespace=namespace, metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
         graceful_shutdown_timeout=5.0))  # fmt: skip
     controllers.setup(mgr, dashboards=fake_dashboards.FakeDashboards(), enable_metrics=True)

@@ -107,7 +107,8 @@ async def secure_manager(
         control_plane.service_account_kubeconfig(namespace, "operator")
     )
     mgr = manager_.Manager(client, manager_.Options(
-        namespace=namespace, metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+        name="metrics-test", namespace=namespace, metrics_bind_address="127.0.0.1:0",
+        health_probe_bind_address="0",
         metrics_secure=True, metrics_cert_dir=str(tmp_path), graceful_shutdown_timeout=5.0,
     ))  # fmt: skip
     stop = asyncio.Event()

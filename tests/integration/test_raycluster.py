@@ -50,6 +50,7 @@ async def manager(
 ) -> AsyncIterator[manager_.Manager]:
     client = await client_.Client.from_kubeconfig(control_plane.kubeconfig)
     mgr = manager_.Manager(client, manager_.Options(
+        name="rayservice-operator",
         namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
         cache_by_resource=controllers.cache_by_resource()))  # fmt: skip
     raycluster.setup(mgr, skip_name_validation=True)

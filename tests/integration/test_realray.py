@@ -109,7 +109,7 @@ class ManagerThread:
         client = await client_.Client.from_kubeconfig(self.kubeconfig)
         try:
             mgr = manager_.Manager(client, manager_.Options(
-                namespaces=self.namespaces, metrics_bind_address="0",
+                name="rayservice-operator", namespaces=self.namespaces, metrics_bind_address="0",
                 health_probe_bind_address="0"))  # fmt: skip
             raycluster.setup(mgr, skip_name_validation=True)
             self.loop = asyncio.get_running_loop()

@@ -183,7 +183,7 @@ async def test_validating_webhook_run_by_the_manager_refuses_with_our_message(
     # No caBundle: the manager's webhook server generates a CA and injects it.
     config = webhook_config("ValidatingWebhookConfiguration", name, namespace, url, ca=None)
     options = runtime.ManagerOptions(
-        metrics_bind_address="0", health_probe_bind_address="127.0.0.1:0",
+        name="webhook-test", metrics_bind_address="0", health_probe_bind_address="127.0.0.1:0",
         webhook=self_signed(tmp_path, port, validating_configurations=[name]),
     )  # fmt: skip
     mgr = runtime.Manager(client, options)

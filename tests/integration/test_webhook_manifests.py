@@ -61,7 +61,7 @@ def test_the_webhooks_overlay_wires_manager_service_certificate_and_configuratio
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
         f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
     )
-    mgr = manager.Manager(fake.FakeClient(), manager.Options())  # type: ignore[arg-type]
+    mgr = manager.Manager(fake.FakeClient(), manager.Options(name="t"))  # type: ignore[arg-type]
     paths = webhooks.setup(mgr)
     assert [h["clientConfig"]["service"] for h in config["webhooks"]] == [
         {"name": service["metadata"]["name"], "namespace": namespace, "path": path}

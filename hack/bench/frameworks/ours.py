@@ -92,14 +92,15 @@ async def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runtime.log.configure("json", args.log_level)
     client = await runtime.client.Client.from_kubeconfig(
-        args.kubeconfig, options=runtime.client.Options(user_agent=args.user_agent)
+        args.kubeconfig,
+        options=runtime.client.Options(name="frameworks-bench", user_agent=args.user_agent),
     )
     manager = runtime.Manager(
         client,
         runtime.ManagerOptions(
+            name="frameworks-bench",
             metrics_bind_address=args.metrics_bind_address,
             health_probe_bind_address=args.health_probe_bind_address,
-            component="frameworks-bench",
         ),
     )
     build(manager, args.concurrency)

@@ -23,6 +23,7 @@ async def main(kubeconfig: str, namespace: str, seconds: float, budget: float) -
     manager = runtime.Manager(
         client,
         runtime.ManagerOptions(
+            name="slow-manager",
             namespace=namespace,
             metrics_bind_address="0",
             health_probe_bind_address="0",

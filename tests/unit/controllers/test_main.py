@@ -17,6 +17,7 @@ import controllers
 from controllers import main, rayservice
 from controllers.rayservice import reconciler as rayservice_reconciler
 from runtime import log, manager
+from runtime.client import client as client_
 from runtime.client import kubeconfig as kubeconfig_
 
 KUBECONFIG = """\
@@ -288,6 +289,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
     options = ran.options
     assert options == manager.Options(
+        name="rayservice-operator",
         leader_election=True,
         leader_election_id="ray-operator-leader",
         health_probe_bind_address=":8082",
@@ -312,6 +314,14 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert ran.logging == [("auto", "info")]
     client_options = ran.managers[0].client.options
     assert (client_options.qps, client_options.burst) == (100, 200), "KubeRay's defaults"
+    # The operator's identity, as it was before the framework derived one from a name.
+    assert client_.identity(client_options) == (
+        "rayservice-operator",
+        "rayservice-operator/runtime",
+    )
+    assert (options.component, options.leader_election_id) == (
+        "rayservice-operator", "ray-operator-leader",
+    )  # fmt: skip
 
 
 def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
@@ -326,6 +336,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
     assert main.main(argv) == 0
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
+        name="rayservice-operator",
         namespaces=("team-a",), leader_election=True, leader_election_id="my-lease",
         leader_election_namespace="ops", metrics_bind_address="127.0.0.1:9090",
         health_probe_bind_address="0", cache_by_resource=controllers.cache_by_resource(),
@@ -364,6 +375,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
     assert main.main([]) == 0
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
+        name="rayservice-operator",
         namespaces=("team-b",), leader_election=True, leader_election_id="env-lease",
         metrics_bind_address="127.0.0.1:9100", health_probe_bind_address="127.0.0.1:9101",
         cache_by_resource=controllers.cache_by_resource(),
@@ -426,6 +438,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
     assert main.main(argv) == 0
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
+        name="rayservice-operator",
         namespaces=("team-a", "team-b"), leader_election=True, leader_election_namespace="ops",
         leader_election_id="ray-operator-leader",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
@@ -631,7 +644,7 @@ def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
     assert main.main(argv) == 0
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
-        namespaces=("team-a", "team-b"), leader_election=False,
+        name="rayservice-operator", namespaces=("team-a", "team-b"), leader_election=False,
         leader_election_id="ray-operator-leader",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
         cache_by_resource=controllers.cache_by_resource(),

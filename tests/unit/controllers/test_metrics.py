@@ -295,7 +295,7 @@ SCRIPT = textwrap.dedent(
         v1.add_to_registry(registry)
         client = fake.FakeClient(registry, namespaces=["ns"])
         return manager.Manager(client, manager.Options(
-            metrics_bind_address="0", health_probe_bind_address="0"))
+            name="rayservice-operator", metrics_bind_address="0", health_probe_bind_address="0"))
 
     def registered():
         return sorted(n for n in metrics.registry._names_to_collectors if n.startswith("kuberay_"))

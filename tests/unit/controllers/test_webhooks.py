@@ -79,7 +79,7 @@ async def test_raycluster_rules() -> None:
 
 
 def test_setup_registers_kuberays_paths_and_the_configuration_points_at_them() -> None:
-    mgr = manager.Manager(fake.FakeClient(), manager.Options())  # type: ignore[arg-type]
+    mgr = manager.Manager(fake.FakeClient(), manager.Options(name="t"))  # type: ignore[arg-type]
     paths = webhooks.setup(mgr)
     assert paths == ["/validate-ray-io-v1-raycluster", "/validate-ray-io-v1-rayservice"]
     assert mgr.webhook_server.paths == paths

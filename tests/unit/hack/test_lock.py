@@ -26,3 +26,12 @@ def test_a_stale_or_unhashed_lock_is_caught() -> None:
     found = lock.problems(without)
     assert "tenacity is not pinned" in found
     assert any(p.endswith("has no hash") for p in found)
+
+
+def test_the_framework_is_built_here_so_its_dependencies_are_pinned_instead() -> None:
+    declared = {str(r.name).lower() for r in lock.declared()}
+    assert "k8s-controller-runtime" not in declared, "never fetched from PyPI"
+    assert {"tenacity", "kubernetes-asyncio"} <= declared, (
+        "the framework's own dependency, and its full-kubeconfig extra's (the operator asks for it)"
+    )
+    assert "k8s-controller-runtime" not in lock.closure()

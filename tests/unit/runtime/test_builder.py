@@ -32,7 +32,9 @@ def new_client() -> fake.FakeClient:
 
 
 def new_manager(client: fake.FakeClient) -> manager.Manager:
-    options = manager.Options(metrics_bind_address="0", health_probe_bind_address="0")
+    options = manager.Options(
+        name="builder-test", metrics_bind_address="0", health_probe_bind_address="0"
+    )
     return manager.Manager(client, options)  # type: ignore[arg-type]
 
 

@@ -275,10 +275,10 @@ def test_options_refuse_nonsense() -> None:
 
 
 def test_certificates_need_secure_metrics() -> None:
-    assert manager.Options(metrics_secure=True).metrics_cert_dir is None  # self-signed
+    assert manager.Options(name="t", metrics_secure=True).metrics_cert_dir is None  # self-signed
     with pytest.raises(ValueError, match="need metrics_secure=True"):
-        manager.Options(metrics_cert_dir="/certs")
-    assert manager.Options(metrics_secure=True, metrics_cert_dir="/certs").metrics_secure
+        manager.Options(name="t", metrics_cert_dir="/certs")
+    assert manager.Options(name="t", metrics_secure=True, metrics_cert_dir="/certs").metrics_secure
 
 
 class ReviewingFake(fake.FakeClient):
@@ -314,7 +314,7 @@ async def test_the_manager_serves_metrics_over_tls_behind_the_reviews(
     server_tls.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
     client = ReviewingFake()
     mgr = manager.Manager(client, manager.Options(  # type: ignore[arg-type]
-        metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+        name="t", metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
         metrics_secure=True, metrics_ssl_context=server_tls))  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))
@@ -365,7 +365,7 @@ async def served_certificate(host: str, port: int) -> bytes:
 
 async def test_without_a_certificate_the_manager_serves_a_self_signed_one() -> None:
     mgr = manager.Manager(ReviewingFake(), manager.Options(  # type: ignore[arg-type]
-        metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+        name="t", metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
         metrics_secure=True))  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))
@@ -395,7 +395,7 @@ async def test_a_rotated_certificate_directory_is_served_without_a_restart(
 ) -> None:
     monkeypatch.setattr(manager, "_CERT_POLL", 0.05)
     mgr = manager.Manager(ReviewingFake(), manager.Options(  # type: ignore[arg-type]
-        metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+        name="t", metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
         metrics_secure=True, metrics_cert_dir=str(self_signed)))  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))

@@ -25,6 +25,7 @@ CONFIGMAPS = resources.default_registry.for_kind("v1", "ConfigMap")
 
 def options(lease: str, **overrides: Any) -> manager.Options:
     settings: dict[str, Any] = {
+        "name": "test-operator",
         "metrics_bind_address": "0",
         "health_probe_bind_address": "0",
         "leader_election": True,
@@ -379,7 +380,7 @@ async def test_the_lease_namespace_defaults_to_the_pods(monkeypatch: pytest.Monk
 
 
 def test_manager_options_default_to_the_pods_namespace() -> None:
-    assert manager.Options().leader_election_namespace is None
+    assert manager.Options(name="x").leader_election_namespace is None
 
 
 def test_the_binary_defaults_to_the_pods_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,7 +418,7 @@ def test_the_deployment_can_hold_its_lease_and_stop_in_time() -> None:
         {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}
     ]
     # SIGKILL must not cut the shutdown short
-    budget = manager.Options().graceful_shutdown_timeout
+    budget = manager.Options(name="x").graceful_shutdown_timeout
     assert pod["terminationGracePeriodSeconds"] > budget
 
 

@@ -30,6 +30,7 @@ CONFIGMAPS = resources.default_registry.for_kind("v1", "ConfigMap")
 
 def options(lease: str = "", **overrides: Any) -> manager.Options:
     settings: dict[str, Any] = {
+        "name": "test-operator",
         "metrics_bind_address": "0",
         "health_probe_bind_address": "0",
         "leader_election": bool(lease),

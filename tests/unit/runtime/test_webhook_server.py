@@ -170,7 +170,7 @@ async def test_the_manager_serves_webhooks_before_its_caches_and_reports_readine
     tmp_path: pathlib.Path,
 ) -> None:
     options = manager.Options(
-        metrics_bind_address="0", health_probe_bind_address="127.0.0.1:0",
+        name="t", metrics_bind_address="0", health_probe_bind_address="127.0.0.1:0",
         webhook=server.Options(bind_address="127.0.0.1:0", cert_dir=tmp_path,
                                self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"])),
     )  # fmt: skip
@@ -344,7 +344,8 @@ async def test_a_webhook_server_that_cannot_listen_fails_the_manager_while_cache
         taken.listen()
         port = taken.getsockname()[1]
         options = manager.Options(
-            metrics_bind_address="0", health_probe_bind_address="0", cache_sync_timeout=30,
+            name="t", metrics_bind_address="0", health_probe_bind_address="0",
+            cache_sync_timeout=30,
             webhook=server.Options(bind_address=f"127.0.0.1:{port}", cert_dir=tmp_path,
                                    self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"])),
         )  # fmt: skip

@@ -227,10 +227,10 @@ def test_options_are_checked_and_normalised() -> None:
 async def test_the_managers_option_reaches_its_cache_and_stays_hashable() -> None:
     client = fake.FakeClient()
     by = {POD: cache_.ByResource(label_selector=RAY_PODS)}
-    options = manager.Options(cache_by_resource=by)
-    assert options == manager.Options(cache_by_resource={"pods": by[POD]})
+    options = manager.Options(name="x", cache_by_resource=by)
+    assert options == manager.Options(name="x", cache_by_resource={"pods": by[POD]})
     hash(options)
-    assert dict(manager.Options().cache_by_resource) == {}, "default: nothing filtered"
+    assert dict(manager.Options(name="x").cache_by_resource) == {}, "default: nothing filtered"
     mgr = manager.Manager(client, options)  # type: ignore[arg-type]
     assert mgr.cache.by_resource["pods"].label_selector == RAY_PODS
     informer = mgr.cache.informer(POD)
@@ -238,7 +238,7 @@ async def test_the_managers_option_reaches_its_cache_and_stays_hashable() -> Non
     assert [r.label_selector for r in informer.reflectors] == [RAY_PODS]
     assert mgr.cache.informer(CM).reflector.label_selector is None
     with pytest.raises(ValueError, match="invalid label selector"):
-        manager.Options(cache_by_resource={"pods": cache_.ByResource(label_selector="(")})
+        manager.Options(name="x", cache_by_resource={"pods": cache_.ByResource(label_selector="(")})
 
 
 # -- options after construction: Cache.index_field, Cache.configure, the builder ------------
@@ -300,7 +300,7 @@ async def test_the_builder_gives_the_managers_cache_selectors_and_indexes(
     client: Recording,
 ) -> None:
     mgr = manager.Manager(client, manager.Options(  # type: ignore[arg-type]
-        metrics_bind_address="0", health_probe_bind_address="0"))  # fmt: skip
+        name="x", metrics_bind_address="0", health_probe_bind_address="0"))  # fmt: skip
 
     async def reconcile_(request: reconcile.Request) -> reconcile.Result:
         return reconcile.Result()

@@ -288,13 +288,13 @@ def test_namespace_is_a_shorthand_and_both_at_once_is_an_error() -> None:
 
 async def test_the_managers_options_reach_its_cache() -> None:
     client = fake.FakeClient()
-    options = manager.Options(namespaces=["team-a", "team-b", "team-a"])
+    options = manager.Options(name="x", namespaces=["team-a", "team-b", "team-a"])
     assert options.namespaces == ("team-a", "team-b")
-    assert options == manager.Options(namespaces=("team-a", "team-b"))
+    assert options == manager.Options(name="x", namespaces=("team-a", "team-b"))
     hash(options)
     assert manager.Manager(client, options).cache.namespaces == ("team-a", "team-b")  # type: ignore[arg-type]
-    shorthand = manager.Manager(client, manager.Options(namespace="team-a"))  # type: ignore[arg-type]
+    shorthand = manager.Manager(client, manager.Options(name="x", namespace="team-a"))  # type: ignore[arg-type]
     assert shorthand.cache.namespaces == ("team-a",)
-    assert manager.Manager(client).cache.namespaces == ()  # type: ignore[arg-type]
+    assert manager.Manager(client, manager.Options(name="x")).cache.namespaces == ()  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not both"):
-        manager.Options(namespace="a", namespaces=["b"])
+        manager.Options(name="x", namespace="a", namespaces=["b"])

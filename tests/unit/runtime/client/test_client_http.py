@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
+import runtime
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from tests.unit import helpers
@@ -28,9 +29,11 @@ class Server:
         self.watch_lines: list[bytes] = []
         self.times: list[float] = []
         """``time.monotonic()`` at each request's arrival."""
+        self.user_agents: list[str] = []
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.times.append(time.monotonic())
+        self.user_agents.append(request.headers.get("User-Agent", ""))
         body = await request.read()
         self.requests.append(
             (request.method, request.path_qs, request.headers.get("Content-Type", ""), body)
@@ -125,7 +128,42 @@ async def test_patches_say_their_content_type(server: tuple[Server, client_.Clie
         await client.patch(CM, "ns", "x", {"data": {"a": "b"}}, patch_type=patch_type)  # type: ignore[arg-type]
         assert srv.requests[-1][2] == expected
     assert "force=true" not in srv.requests[-1][1]
-    assert "fieldManager=rayservice-operator" in srv.requests[-1][1]
+    assert "fieldManager=k8s-controller-runtime" in srv.requests[-1][1], "nobody named it"
+
+
+async def test_a_name_given_later_is_the_next_requests_identity(
+    server: tuple[Server, client_.Client],
+) -> None:
+    srv, client = server
+    for _ in range(3):
+        srv.responses.append(web.json_response({"metadata": {"name": "x"}}))
+    await client.patch(CM, "ns", "x", {"data": {}}, patch_type="apply")
+    client.default_name("mirror")  # what a Manager named "mirror" does to its client
+    await client.patch(CM, "ns", "x", {"data": {}}, patch_type="apply")
+    client.default_name("another")  # named already: the first name stays
+    await client.get(CM, "ns", "x")
+    version = runtime.__version__
+    assert srv.user_agents == [
+        f"k8s-controller-runtime/{version}",
+        f"mirror k8s-controller-runtime/{version}",
+        f"mirror k8s-controller-runtime/{version}",
+    ], "the session was made by the first request; the header follows the name"
+    assert [r[1].rpartition("fieldManager=")[2] for r in srv.requests[:2]] == [
+        "k8s-controller-runtime", "mirror",
+    ]  # fmt: skip
+
+
+async def test_set_identity_fields_win_over_the_name(
+    server: tuple[Server, client_.Client],
+) -> None:
+    srv, fixture_client = server
+    options = client_.Options(name="op", field_manager="op-writer", user_agent="op/1.2")
+    async with client_.Client(fixture_client.configuration, options=options) as client:
+        client.default_name("manager-name")
+        srv.responses.append(web.json_response({"metadata": {"name": "x"}}))
+        await client.patch(CM, "ns", "x", {"data": {}})
+    assert srv.user_agents == ["op/1.2"]
+    assert srv.requests[0][1].endswith("fieldManager=op-writer")
 
 
 async def test_write_observers_see_written_objects(server: tuple[Server, client_.Client]) -> None:

@@ -149,3 +149,41 @@ def test_the_token_never_shows_in_repr() -> None:
     creds = kubeconfig.Credentials(host="https://127.0.0.1:6443", token="s3cr3t-token-value")
     assert "s3cr3t-token-value" not in repr(creds)
     assert "127.0.0.1:6443" in repr(creds)
+
+
+# -- kubernetes-asyncio is the framework's optional dependency (its full-kubeconfig extra) ---
+
+
+@pytest.fixture
+def without_kubernetes_asyncio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import kubernetes_asyncio`` fails, as where the extra is not installed."""
+    monkeypatch.setitem(sys.modules, "kubernetes_asyncio", None)
+
+
+@pytest.mark.usefixtures("without_kubernetes_asyncio")
+async def test_without_kubernetes_asyncio_an_exec_kubeconfig_names_the_extra(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, {"server": "https://127.0.0.1:1"}, {"exec": {"command": "aws"}})
+    with pytest.raises(ImportError, match=r"k8s-controller-runtime\[full-kubeconfig\]"):
+        await client_.Client.from_kubeconfig(path)
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(path), str(path)]))
+    with pytest.raises(ImportError, match=r"\$KUBECONFIG list"):
+        await client_.Client.from_kubeconfig()
+
+
+@pytest.mark.usefixtures("without_kubernetes_asyncio")
+async def test_without_kubernetes_asyncio_the_default_plain_kubeconfig_is_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = write(tmp_path, {"server": "https://127.0.0.1:1"}, {"token": "t"})
+    monkeypatch.setenv("KUBECONFIG", str(plain))
+    async with await client_.Client.from_kubeconfig() as from_env:
+        assert from_env.host == "https://127.0.0.1:1", "$KUBECONFIG's one file"
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    plain.rename(home / ".kube" / "config")
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.setenv("HOME", str(home))
+    async with await client_.Client.from_kubeconfig() as from_home:
+        assert isinstance(from_home.configuration, kubeconfig.Credentials), "~/.kube/config"

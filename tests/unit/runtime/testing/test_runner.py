@@ -24,7 +24,10 @@ def quiet_manager() -> runtime.Manager:
     return runtime.Manager(
         fake.FakeClient(),  # type: ignore[arg-type]
         runtime.ManagerOptions(
-            metrics_bind_address="0", health_probe_bind_address="0", graceful_shutdown_timeout=5
+            name="quiet",
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            graceful_shutdown_timeout=5,
         ),
     )
 
