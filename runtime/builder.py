@@ -1,10 +1,10 @@
 """The builder: wire a reconciler to the resources it cares about, in one readable chain.
 
 >>> from runtime.client import resources
->>> RAYSERVICES = resources.Resource("ray.io", "v1", "RayService", "rayservices")
->>> RAYCLUSTERS = resources.Resource("ray.io", "v1", "RayCluster", "rayclusters")
->>> # Builder(manager).for_(RAYSERVICES, predicates=[predicate.generation_changed])
->>> #     .owns(RAYCLUSTERS).with_options(max_concurrent_reconciles=2).complete(reconciler)
+>>> DATABASES = resources.Resource("example.com", "v1", "Database", "databases")
+>>> DEPLOYMENTS = resources.default_registry.for_kind("apps/v1", "Deployment")
+>>> # Builder(manager).for_(DATABASES, predicates=[predicate.generation_changed])
+>>> #     .owns(DEPLOYMENTS).with_options(max_concurrent_reconciles=2).complete(reconciler)
 
 - ``for_(resource)``: reconcile objects of this resource; each change enqueues
   the object itself (exactly one ``for_``).
@@ -26,7 +26,7 @@
   (controller-runtime's ``mgr.GetFieldIndexer().IndexField``; also
   :meth:`runtime.cache.Cache.index_field` directly).
 - ``with_options(**controller.Options fields)``; ``named(name)`` (default: the
-  ``for_`` resource's plural, e.g. ``rayservices``).
+  ``for_`` resource's plural, e.g. ``databases``).
 - ``with_validator(v)``, ``with_defaulter(d)``, ``with_converter(c)``: webhooks for the
   ``for_`` resource, served by the manager's webhook server at controller-runtime's
   paths (:func:`runtime.webhook.server.register_for`) when ``complete`` runs.

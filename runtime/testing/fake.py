@@ -183,7 +183,7 @@ def traits(resource: resources.Resource) -> Traits:
 
     >>> traits(resources.default_registry.for_kind("v1", "ConfigMap")).generation
     False
-    >>> traits(resources.Resource("ray.io", "v1", "RayService", "rayservices"))
+    >>> traits(resources.Resource("example.com", "v1", "Database", "databases"))
     Traits(status_subresource=True, generation=True, unconditional_update=False, delete_answers_object=False)
     """  # noqa: E501
     if resource.group not in _BUILTIN_GROUPS:

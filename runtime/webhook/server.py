@@ -107,8 +107,8 @@ def _segment(resource: resources.Resource) -> str:
 def validate_path(resource: resources.Resource) -> str:
     """``/validate-<group>-<version>-<kind>``.
 
-    >>> validate_path(resources.Resource("ray.io", "v1", "RayService", "rayservices"))
-    '/validate-ray-io-v1-rayservice'
+    >>> validate_path(resources.Resource("example.com", "v1", "Database", "databases"))
+    '/validate-example-com-v1-database'
     """
     return f"/validate-{_segment(resource)}"
 
