@@ -21,6 +21,19 @@ GADGETS = resources.Resource("test.rayservice.dev", "v1", "Gadget", "gadgets")
 """The test kinds (``testdata/crds``) the ``client`` fixture registers."""
 
 
+class Leading:
+    """A leader-only runnable that notes when it runs (``running``), for manager tests."""
+
+    needs_leader_election = True
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+
+    async def start(self, stop: asyncio.Event) -> None:
+        self.running.set()
+        await stop.wait()
+
+
 async def eventually(
     check: Callable[[], Awaitable[T | None] | T | None],
     within: float = 30.0,

@@ -9,22 +9,10 @@ import runtime
 from runtime.client import client as client_
 from runtime.client import resources
 from runtime.testing import controlplane
+from tests.integration import helpers
 
 LEASES = resources.Resource("coordination.k8s.io", "v1", "Lease", "leases")
 EVENTS = resources.default_registry.for_kind("v1", "Event")
-
-
-class Leading:
-    """A leader-only runnable that notes when it runs."""
-
-    needs_leader_election = True
-
-    def __init__(self) -> None:
-        self.running = asyncio.Event()
-
-    async def start(self, stop: asyncio.Event) -> None:
-        self.running.set()
-        await stop.wait()
 
 
 async def test_two_operators_in_one_namespace_each_lead_their_own_lease(
@@ -50,7 +38,7 @@ async def test_two_operators_in_one_namespace_each_lead_their_own_lease(
                 retry_period=0.2,
             ))  # fmt: skip
             managers.append(mgr)
-            leading.append(Leading())
+            leading.append(helpers.Leading())
             mgr.add(leading[-1])
             tasks.append(asyncio.create_task(mgr.start(stop)))
         await asyncio.wait_for(asyncio.gather(*(r.running.wait() for r in leading)), 30)

@@ -64,19 +64,6 @@ async def deployed_client(
     return await client_.Client.from_kubeconfig(path)
 
 
-class Leading:
-    """A leader-only runnable that notes when it runs."""
-
-    needs_leader_election = True
-
-    def __init__(self) -> None:
-        self.running = asyncio.Event()
-
-    async def start(self, stop: asyncio.Event) -> None:
-        self.running.set()
-        await stop.wait()
-
-
 async def http_get(url: str) -> tuple[int, str]:
     assert url.startswith("http://127.0.0.1:")
     async with aiohttp.ClientSession() as session, session.get(url, timeout=5) as response:
@@ -114,7 +101,7 @@ async def test_the_deployed_manager_leads_from_its_own_namespace(
             leader_election_id="lease-deployed",
         ),
     )
-    leading = Leading()
+    leading = helpers.Leading()
     manager.add(leading)
     stop = asyncio.Event()
     task = asyncio.create_task(manager.start(stop))
@@ -153,7 +140,7 @@ async def test_a_forbidden_lease_is_an_error_counted_and_the_standby_stays_ready
             retry_period=0.2,
         ),
     )
-    leading = Leading()
+    leading = helpers.Leading()
     manager.add(leading)
     labels = {"name": "lease-forbidden", "operation": "get", "reason": "Forbidden"}
 
