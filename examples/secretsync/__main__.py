@@ -10,8 +10,10 @@ Its admission webhooks (:mod:`examples.secretsync.webhooks`) are off unless
   ``config/webhook.yaml`` point; ``:9443`` in a cluster);
 - ``--webhook-cert-dir DIR``: serve ``DIR/tls.crt`` and ``DIR/tls.key`` (re-read
   when rotated). Without it, a CA and a certificate for ``127.0.0.1`` are generated
-  at start into a temporary directory, and the CA is written into the ``secretsync``
-  Validating- and MutatingWebhookConfigurations: enough on your machine, one replica.
+  at start (into the framework's default cert dir,
+  ``$TMPDIR/k8s-webhook-server/serving-certs``), and the CA is written into the
+  ``secretsync`` Validating- and MutatingWebhookConfigurations: enough on your
+  machine, one replica.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import pathlib
-import tempfile
 
 import runtime
 from examples.secretsync import secretsync
@@ -36,7 +37,6 @@ def webhook_options(
         return runtime.webhook.server.Options(bind_address=bind_address, cert_dir=cert_dir)
     return runtime.webhook.server.Options(
         bind_address=bind_address,
-        cert_dir=pathlib.Path(tempfile.mkdtemp(prefix="secretsync-webhook-")),
         self_signed=runtime.webhook.server.SelfSigned(
             ip_addresses=["127.0.0.1"],
             validating_configurations=[CONFIGURATION],

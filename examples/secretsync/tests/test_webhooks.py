@@ -3,11 +3,15 @@ no network): each rule refuses what it is for and lets the rest through."""
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import pytest
+import yaml
 
 import runtime
+from examples import secretsync as package
+from examples.secretsync import __main__ as main
 from examples.secretsync import secretsync, webhooks
 from runtime.testing import fake
 
@@ -142,3 +146,31 @@ async def test_the_defaulter_sorts_the_targets_and_keeps_duplicates() -> None:
     obj = secret_sync("apps", "db", ["team-a", "team-b"])
     answer = await admission.defaulting(webhooks.Defaulter()).handle(request("CREATE", obj))
     assert answer.patch == ()
+
+
+def test_the_command_line_serves_what_the_shipped_configuration_calls() -> None:
+    """``--webhooks`` without a cert dir: self-signed for the address and the
+    configuration names of ``config/webhook.yaml``, on the port its URLs name."""
+    config = pathlib.Path(package.__file__).parent / "config" / "webhook.yaml"
+    docs = [doc for doc in yaml.safe_load_all(config.read_text()) if doc]
+    options = main.webhook_options("127.0.0.1:9443", None)
+    signed = options.self_signed
+    assert signed is not None
+    assert list(signed.mutating_configurations) == [docs[0]["metadata"]["name"]]
+    assert list(signed.validating_configurations) == [docs[1]["metadata"]["name"]]
+    assert list(signed.ip_addresses) == ["127.0.0.1"]
+    paths = {
+        "MutatingWebhookConfiguration": "/mutate-sync-example-com-v1alpha1-secretsync",
+        "ValidatingWebhookConfiguration": "/validate-sync-example-com-v1alpha1-secretsync",
+    }
+    for doc in docs:
+        (hook,) = doc["webhooks"]
+        assert hook["clientConfig"]["url"] == f"https://{options.bind_address}{paths[doc['kind']]}"
+        assert hook["sideEffects"] == "None"  # dry-run requests are sent to it too
+    assert paths["ValidatingWebhookConfiguration"] == runtime.webhook.server.validate_path(
+        secretsync.SECRETSYNCS
+    )
+    # Given a cert dir: those files, nothing generated or injected.
+    given = main.webhook_options(":9443", pathlib.Path("/certs"))
+    assert given.self_signed is None
+    assert given.cert_dir == pathlib.Path("/certs")
