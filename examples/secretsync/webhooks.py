@@ -17,10 +17,15 @@ on create and update, with HTTP 422 (``Invalid``) and a message naming the field
    overwrite someone's Secret.
 
 It allows with a warning a SecretSync whose source Secret does not exist (yet),
-and allows every delete. Rules 2 and 3 read the API at admission time: two
-SecretSyncs created at the same instant can both pass rule 2 (the reconciler
-then reports nothing wrong, the copies flip between them), which is the usual
-limit of a check-then-act webhook.
+and allows every delete. On update, the rules apply to the targets added only:
+what was admitted stays admitted whatever appeared since (or whatever was stored
+before the webhook was installed), so a change of metadata alone (the operator
+adding or removing its finalizer) is never refused; and an update of a
+SecretSync being deleted is allowed as it is, or its finalizer could never be
+removed. Rules 2 and 3 read the API
+at admission time: two SecretSyncs created at the same instant can both pass
+rule 2 (the reconciler then reports nothing wrong, the copies flip between
+them), which is the usual limit of a check-then-act webhook.
 
 :class:`Defaulter` (``/mutate-sync-example-com-v1alpha1-secretsync``) sorts
 ``spec.targetNamespaces``: it is a set, so the order means nothing, and a
@@ -78,21 +83,26 @@ class Validator:
     async def validate_create(
         self, obj: Obj, request: runtime.webhook.admission.Request
     ) -> Sequence[str]:
-        return await self._check(obj)
+        return await self._check(obj, _targets(obj))
 
     async def validate_update(
         self, old: Obj, obj: Obj, request: runtime.webhook.admission.Request
     ) -> Sequence[str]:
-        return await self._check(obj)
+        if obj["metadata"].get("deletionTimestamp"):
+            return []  # going away: its finalizer's removal must go through
+        added = set(_targets(obj)) - set(_targets(old))
+        return await self._check(obj, [t for t in _targets(obj) if t in added])
 
     async def validate_delete(
         self, old: Obj, request: runtime.webhook.admission.Request
     ) -> Sequence[str]:
         return []
 
-    async def _check(self, obj: Obj) -> list[str]:
+    async def _check(self, obj: Obj, targets: list[str]) -> list[str]:
+        """The rules for ``targets``: all of ``obj``'s, or those an update adds."""
+        if not targets:
+            return []  # nothing new to copy: nothing to check
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        targets = _targets(obj)
         if namespace in targets:
             raise _invalid(
                 f"spec.targetNamespaces: {namespace} is the SecretSync's own namespace, "
@@ -107,8 +117,8 @@ class Validator:
             taken = sorted(set(targets) & set(_targets(other)))
             if taken:
                 raise _invalid(
-                    f"spec.targetNamespaces: {', '.join(taken)} already get Secret {name} "
-                    f"from SecretSync {other_namespace}/{name}"
+                    f"spec.targetNamespaces: SecretSync {other_namespace}/{name} already "
+                    f"copies Secret {name} into {', '.join(taken)}"
                 )
         secrets = await self.reader.list(secretsync.SECRETS, None, field_selector=by_name)
         source_found = False

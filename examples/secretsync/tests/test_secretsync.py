@@ -369,8 +369,8 @@ async def test_the_webhook_refuses_an_invalid_secretsync_with_its_message(
         with pytest.raises(runtime.client.Invalid) as refused:
             await client.create(secret_sync(kube_namespace, "db", targets[:1]))
         assert refused.value.message.endswith(
-            f"spec.targetNamespaces: {targets[0]} already get Secret db "
-            f"from SecretSync {targets[1]}/db"
+            f"spec.targetNamespaces: SecretSync {targets[1]}/db already copies Secret db "
+            f"into {targets[0]}"
         )
 
 
@@ -410,3 +410,17 @@ async def test_a_valid_secretsync_is_defaulted_admitted_and_reconciled(
         assert calls is not None
         assert calls >= 2  # the dry runs and the create, at least
         assert run.manager.webhook_server.ca_bundle == (tmp_path / "ca.crt").read_bytes()
+        # A SecretSync db elsewhere takes a target since (the webhooks do not see it):
+        # the finalizer's removal, an update, still goes through, and the delete ends.
+        await client.create(secret_sync(targets[1], "db", [targets[0]]))
+        await client.delete(SYNCS, kube_namespace, "db")
+
+        async def deleted() -> bool:
+            """the SecretSync is gone"""
+            try:
+                await client.get(SYNCS, kube_namespace, "db")
+            except runtime.client.NotFound:
+                return True
+            return False
+
+        await eventually(deleted)

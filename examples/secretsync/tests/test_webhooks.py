@@ -81,7 +81,7 @@ async def test_a_target_another_secretsync_of_the_name_syncs_into_is_refused(
     await api.create(secret_sync("other", "db", ["team-b"]))
     with pytest.raises(admission.Denied) as denied:
         await create(api, secret_sync("apps", "db", ["team-a", "team-b"]))
-    assert "team-b already get Secret db from SecretSync other/db" in denied.value.message
+    assert "SecretSync other/db already copies Secret db into team-b" in denied.value.message
     # Another name, or disjoint targets, do not conflict.
     assert await create(api, secret_sync("apps", "db", ["team-a"])) == []
     await api.create(secret("apps", "cache"))
@@ -122,6 +122,27 @@ async def test_an_update_is_checked_like_a_creation_but_not_against_itself(
     with pytest.raises(admission.Denied):
         await validator.validate_update(stored, bad, request("UPDATE", bad))
     assert await validator.validate_delete(stored, request("DELETE", stored)) == []
+
+
+async def test_an_update_checks_the_cluster_for_the_targets_it_adds_only(
+    api: fake.FakeClient,
+) -> None:
+    stored = await api.create(secret_sync("apps", "db", ["team-a"]))
+    # Since it was admitted, a SecretSync db elsewhere has taken team-a and team-b.
+    await api.create(secret_sync("other", "db", ["team-a", "team-b"]))
+    validator = webhooks.Validator(api)
+    finalized = {**stored, "metadata": {**stored["metadata"], "finalizers": ["x/y"]}}
+    assert await validator.validate_update(stored, finalized, request("UPDATE", finalized)) == []
+    adding = {**stored, "spec": {"targetNamespaces": ["team-a", "team-b"]}}
+    with pytest.raises(admission.Denied) as denied:
+        await validator.validate_update(stored, adding, request("UPDATE", adding))
+    assert "SecretSync other/db already copies Secret db into team-b" in denied.value.message
+    # Being deleted, anything goes: refusing would keep its finalizer forever.
+    deleting = {
+        **adding,
+        "metadata": {**stored["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
+    }
+    assert await validator.validate_update(stored, deleting, request("UPDATE", deleting)) == []
 
 
 async def test_the_handler_answers_the_api_server_with_the_refusal(api: fake.FakeClient) -> None:
