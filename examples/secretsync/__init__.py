@@ -7,7 +7,10 @@ status conditions and removes the copies when it is deleted (a finalizer: owner
 references cannot cross namespaces, so the garbage collector cannot do it).
 
 - :mod:`examples.secretsync.secretsync`: the resource, the reconciler and ``build``;
-- ``python -m examples.secretsync --kubeconfig ...`` runs it;
+- :mod:`examples.secretsync.webhooks`: its validating and defaulting admission
+  webhooks, for what the CRD's schema cannot check (``build(manager, webhooks=True)``;
+  their configuration is ``config/webhook.yaml``);
+- ``python -m examples.secretsync --kubeconfig ... [--webhooks]`` runs it;
 - ``tests/``: its tests, on the framework's test kit against a real API server.
 
 The tutorial in ``docs/tutorial.md`` builds it step by step.

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import runtime
+from examples.secretsync import webhooks as webhooks_  # (which imports this module back)
 
 __all__ = [
     "FINALIZER",
@@ -196,16 +197,23 @@ def _requests_for_secret(secret: Obj) -> list[runtime.Request]:
     return [runtime.Request(meta["namespace"], meta["name"])]
 
 
-def build(manager: runtime.Manager, **options: Any) -> runtime.Controller:
-    """Register the SecretSync controller with ``manager``."""
+def build(
+    manager: runtime.Manager, *, webhooks: bool = False, **options: Any
+) -> runtime.Controller:
+    """Register the SecretSync controller with ``manager``; with ``webhooks``, its
+    validating and defaulting webhooks too (:mod:`examples.secretsync.webhooks`),
+    served by the manager's webhook server (``ManagerOptions.webhook``). Off by
+    default: a webhook needs a certificate and a webhook configuration installed
+    (``config/webhook.yaml``), and the operator works without one."""
     manager.client.registry.register(SECRETSYNCS)
-    return (
+    builder = (
         runtime.Builder(manager)
         .for_(SECRETSYNCS)
         .watches(SECRETS, runtime.handler.map_to(_requests_for_secret))
         .named("secretsync")
         .with_options(**options)
-        # Webhook: register the SecretSync validator here once runtime.webhook lands
-        # (issue 24, item 3), e.g. `.with_validator(...)`; see docs/tutorial.md.
-        .complete(SecretSyncReconciler(manager))
     )
+    if webhooks:
+        builder.with_validator(webhooks_.Validator(manager.client))
+        builder.with_defaulter(webhooks_.Defaulter())
+    return builder.complete(SecretSyncReconciler(manager))

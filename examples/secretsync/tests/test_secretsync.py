@@ -1,19 +1,28 @@
 """SecretSync against a real API server, with the framework's test kit: the operator
-runs in the background (``kube_manager``) while each test acts as a user would."""
+runs in the background (``kube_manager``) while each test acts as a user would.
+
+The last tests run it with its webhooks: the manager serves them on loopback with a
+self-signed CA, which it injects into ``config/webhook.yaml``'s configurations
+(installed per test, named after and matching only the test's namespace)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import functools
+import pathlib
 import secrets
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+import yaml
 
 import runtime
 from examples.secretsync import secretsync
-from runtime.testing import pytest_plugin
+from runtime.testing import pytest_plugin, runner
 
 # The first test of a session may build and start the control plane: more than the
 # default per-test bound (pyproject's pytest-timeout setting) on a cold cache.
@@ -249,3 +258,169 @@ async def test_a_pass_that_changes_nothing_writes_no_status(
         await eventually(woken)
         now = await client.get(SYNCS, kube_namespace, "db")
         assert now["metadata"]["resourceVersion"] == synced["metadata"]["resourceVersion"]
+
+
+WEBHOOK_CONFIG = pathlib.Path(secretsync.__file__).parent / "config" / "webhook.yaml"
+ADMISSION = runtime.webhook.cainject
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def webhook_configurations(namespace: str, port: int) -> list[dict[str, Any]]:
+    """``config/webhook.yaml`` as a test installs it: named after ``namespace``, called
+    only for it (a configuration left behind cannot refuse another test's objects),
+    its URLs on ``port``."""
+    docs = [doc for doc in yaml.safe_load_all(WEBHOOK_CONFIG.read_text()) if doc]
+    for doc in docs:
+        doc["metadata"]["name"] = f"secretsync-{namespace}"
+        for hook in doc["webhooks"]:
+            url = hook["clientConfig"]["url"]
+            assert url.startswith("https://127.0.0.1:9443/"), url
+            hook["clientConfig"]["url"] = url.replace(":9443/", f":{port}/")
+            hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    assert [doc["kind"] for doc in docs] == [
+        "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
+    ]  # fmt: skip
+    return docs
+
+
+@contextlib.asynccontextmanager
+async def with_webhooks(
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    namespace: str,
+    cert_dir: pathlib.Path,
+) -> AsyncIterator[runner.Running]:
+    """The configurations installed, then the operator with its webhooks, serving on a
+    free loopback port; both removed afterwards."""
+    port = free_port()
+    configurations = webhook_configurations(namespace, port)
+    name = configurations[0]["metadata"]["name"]
+    for resource in (ADMISSION.MUTATING, ADMISSION.VALIDATING):
+        client.registry.register(resource)
+    for configuration in configurations:
+        await client.create(configuration)
+    options = runtime.webhook.server.Options(
+        bind_address=f"127.0.0.1:{port}",
+        cert_dir=cert_dir,
+        self_signed=runtime.webhook.server.SelfSigned(
+            ip_addresses=["127.0.0.1"],
+            validating_configurations=[name],
+            mutating_configurations=[name],
+        ),
+    )
+    try:
+        setup = functools.partial(secretsync.build, webhooks=True)
+        async with kube_manager(setup, namespace=None, webhook=options) as run:
+            yield run
+    finally:
+        for resource in (ADMISSION.MUTATING, ADMISSION.VALIDATING):
+            await client.delete(resource, None, name)
+
+
+async def dry_run_create(client: runtime.client.Client, obj: dict[str, Any]) -> Any:
+    """Create ``obj`` with ``dryRun=All``: admitted (and defaulted), never stored."""
+    path = SYNCS.path(obj["metadata"]["namespace"])
+    return await client.request("POST", path, query={"dryRun": "All"}, body=obj)
+
+
+async def refusal(client: runtime.client.Client, obj: dict[str, Any]) -> str | None:
+    """The message refusing ``obj`` once our webhook is the one refusing it; ``None``
+    before (the API server picks new webhook configurations up from a watch, and calls
+    fail until the CA is injected)."""
+    try:
+        await dry_run_create(client, obj)
+    except runtime.client.ApiError as exc:
+        if "admission webhook" in exc.message and "denied the request" in exc.message:
+            return exc.message
+    return None
+
+
+async def test_the_webhook_refuses_an_invalid_secretsync_with_its_message(
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
+    tmp_path: pathlib.Path,
+) -> None:
+    async with with_webhooks(kube_manager, client, kube_namespace, tmp_path):
+        own = secret_sync(kube_namespace, "db", [targets[0], kube_namespace])
+        message = await eventually(lambda: refusal(client, own))
+        assert message == (
+            'admission webhook "validate.secretsync.sync.example.com" denied the request: '
+            f"spec.targetNamespaces: {kube_namespace} is the SecretSync's own namespace, "
+            "where the source Secret db is"
+        )
+        with pytest.raises(runtime.client.Invalid) as refused:  # HTTP 422, as we answered
+            await client.create(own)
+        assert refused.value.message == message
+        # What the schema can say, it says itself: no name that is not a DNS label.
+        with pytest.raises(runtime.client.Invalid) as refused:
+            await client.create(secret_sync(kube_namespace, "db", ["Not_A_Label"]))
+        assert "spec.targetNamespaces[0]" in refused.value.message
+        assert "admission webhook" not in refused.value.message
+        # A namespace that a SecretSync db elsewhere copies into already is refused
+        # (that one is not checked: the webhooks match the test's namespace only).
+        await client.create(secret_sync(targets[1], "db", [targets[0]]))
+        with pytest.raises(runtime.client.Invalid) as refused:
+            await client.create(secret_sync(kube_namespace, "db", targets[:1]))
+        assert refused.value.message.endswith(
+            f"spec.targetNamespaces: SecretSync {targets[1]}/db already copies Secret db "
+            f"into {targets[0]}"
+        )
+
+
+async def test_a_valid_secretsync_is_defaulted_admitted_and_reconciled(
+    kube_manager: pytest_plugin.ManagerFactory,
+    client: runtime.client.Client,
+    kube_namespace: str,
+    targets: list[str],
+    tmp_path: pathlib.Path,
+) -> None:
+    await client.create(secret(kube_namespace, "db", "hunter2"))
+    unsorted = sorted(targets, reverse=True)
+    obj = secret_sync(kube_namespace, "db", unsorted)
+
+    async def defaulted() -> bool:
+        """a dry-run create comes back defaulted: the mutating webhook is called"""
+        try:
+            answer = await dry_run_create(client, obj)
+        except runtime.client.ApiError:
+            return False  # not called successfully yet (the CA, the watch)
+        return bool(answer["spec"]["targetNamespaces"] == sorted(targets))
+
+    async with with_webhooks(kube_manager, client, kube_namespace, tmp_path) as run:
+        await eventually(defaulted)
+        created = await client.create(obj)
+        assert created["spec"]["targetNamespaces"] == sorted(targets)
+        sync = await eventually(lambda: ready(client, kube_namespace, "db", "Synced"))
+        assert sync["status"]["syncedNamespaces"] == sorted(targets)
+        # The same set in another order is the same spec: no new generation.
+        sync["spec"]["targetNamespaces"] = unsorted
+        updated = await client.update(sync)
+        assert updated["metadata"]["generation"] == created["metadata"]["generation"]
+        calls = runtime.metrics.registry.get_sample_value(
+            "controller_runtime_webhook_requests_total",
+            {"webhook": "/validate-sync-example-com-v1alpha1-secretsync", "code": "200"},
+        )
+        assert calls is not None
+        assert calls >= 2  # the dry runs and the create, at least
+        assert run.manager.webhook_server.ca_bundle == (tmp_path / "ca.crt").read_bytes()
+        # A SecretSync db elsewhere takes a target since (the webhooks do not see it):
+        # the finalizer's removal, an update, still goes through, and the delete ends.
+        await client.create(secret_sync(targets[1], "db", [targets[0]]))
+        await client.delete(SYNCS, kube_namespace, "db")
+
+        async def deleted() -> bool:
+            """the SecretSync is gone"""
+            try:
+                await client.get(SYNCS, kube_namespace, "db")
+            except runtime.client.NotFound:
+                return True
+            return False
+
+        await eventually(deleted)

@@ -44,7 +44,7 @@ def blocks(page: pathlib.Path) -> list[tuple[str, str, int]]:
 
 def test_the_guides_are_there() -> None:
     names = {p.relative_to(DOCS).as_posix() for p in PAGES}
-    for guide in ("reconcile", "status", "cache", "manager", "testing"):
+    for guide in ("reconcile", "status", "cache", "manager", "webhooks", "testing"):
         assert f"guides/{guide}.md" in names
     assert {"index.md", "tutorial.md", "architecture.md"} <= names
 
