@@ -198,6 +198,9 @@ def test_a_cluster_up_not_ready_in_time_stops_what_it_started(
     started = tmp_path / "etcd-started"
     (fake / "etcd").write_text(f"#!/bin/sh\ntouch {started}\nwhile :; do sleep 1; done\n")
     (fake / "etcd").chmod(0o755)  # an etcd that never turns healthy
+    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+        (fake / name).write_text("#!/bin/sh\nexit 1\n")  # present (checked first), never run
+        (fake / name).chmod(0o755)
     before = netns()
     up = make("cluster-up", cluster_dir, f"CLUSTER_BIN_DIR={fake}", "CLUSTER_UP_TIMEOUT=6")
     assert up.returncode != 0, output(up)
