@@ -109,7 +109,7 @@ cluster-down: ## Stop it; SIGKILL after CLUSTER_DOWN_TIMEOUT s; no process or po
 	@$(CLUSTER_ENV) hack/cluster.sh down
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy (strict: runtime/, api/, controllers/), the import-layering check, the docs build
+lint: $(STAMP) ## ruff, mypy (strict: runtime/, api/, controllers/, examples/), the import-layering check, the docs build
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
