@@ -71,6 +71,7 @@ def test_the_framework_lists_every_package_of_runtime() -> None:
     packages = sorted(
         ".".join(("runtime", *init.parent.relative_to(ROOT / "runtime").parts))
         for init in (ROOT / "runtime").rglob("__init__.py")
+        if "build" not in init.relative_to(ROOT / "runtime").parts  # `pip wheel ./runtime`'s
     )
     assert FRAMEWORK["tool"]["setuptools"]["packages"] == packages
     assert FRAMEWORK["tool"]["setuptools"]["package-dir"] == {"runtime": "."}
