@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from runtime.testing import controlplane, process
 
-__all__ = ["ROOT", "BenchError", "Child", "Manager", "bin_dir", "parse_metrics"]
+__all__ = ["ROOT", "BenchError", "Child", "Manager", "bin_dir", "parse_metrics", "profile_top"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -94,13 +94,23 @@ class Manager(Child):
         super().__init__(command, log_path=log_path, name=name, cwd=cwd or ROOT, env=env)
 
     @classmethod
-    def ours(cls, kubeconfig: pathlib.Path, workdir: pathlib.Path, args: list[str]) -> Manager:
+    def ours(
+        cls,
+        kubeconfig: pathlib.Path,
+        workdir: pathlib.Path,
+        args: list[str],
+        profile: pathlib.Path | None = None,
+    ) -> Manager:
         """``rayservice-manager`` against ``kubeconfig`` with ``args``, running the code of
         the checkout this file is in (:data:`ROOT` first on its ``PYTHONPATH``: an editable
-        install elsewhere, e.g. of another git worktree, does not take over)."""
+        install elsewhere, e.g. of another git worktree, does not take over); under
+        ``python -m cProfile -o profile`` when ``profile`` is given (written when it stops)."""
         metrics_port, probe_port = controlplane.free_ports(2)
         script = pathlib.Path(sys.executable).with_name("rayservice-manager")
         command = [str(script)] if script.exists() else [sys.executable, "-m", "controllers.main"]
+        if profile is not None:
+            command = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m",
+                       "controllers.main"]  # fmt: skip
         command += [
             "--kubeconfig", str(kubeconfig),
             "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
@@ -145,3 +155,15 @@ class Manager(Child):
         if status != 200:
             raise BenchError(f"{self.name}'s /metrics answered {status}")
         return parse_metrics(text)
+
+
+def profile_top(path: pathlib.Path, limit: int = 25, sort: str = "tottime") -> list[str]:
+    """The ``limit`` functions first by ``sort`` in a cProfile output, as text lines."""
+    import io
+    import pstats
+
+    out = io.StringIO()
+    pstats.Stats(str(path), stream=out).sort_stats(sort).print_stats(limit)
+    lines = out.getvalue().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), 0)
+    return [line.strip() for line in lines[start:] if line.strip()]

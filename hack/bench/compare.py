@@ -1,4 +1,4 @@
-"""Benchmark: our operator and KubeRay v1.5.0, one after the other, on the same workload.
+"""Benchmark: our operator and KubeRay (v1.7.0), one after the other, on the same workload.
 
 Issue 15, items 1-2: "fewer writes than KubeRay" measured, not claimed. One invocation
 runs ``--rounds`` rounds; each round runs the scenario of ``hack/bench/rayservice.py``
@@ -9,9 +9,11 @@ operator process differs:
 
 - ``ours``: ``rayservice-manager --use-kubernetes-proxy`` (our RayCluster and RayService
   controllers in one process);
-- ``kuberay``: KubeRay v1.5.0's operator (its RayCluster, RayService and RayJob
-  controllers), built once by ``hack/peers/kuberay.sh`` (cached; reused here, built only
-  if missing), run as ``CLUSTER_DOMAIN=cluster.local <bin> --kubeconfig <kc>
+- ``kuberay``: KubeRay's operator at ``--kuberay-version`` (default v1.7.0, what users
+  run; v1.5.0 is the one the Go module proxy serves, so CI's test uses it) with its
+  RayCluster, RayService and RayJob controllers and its default feature gates, built once
+  by ``hack/peers/kuberay.sh`` (cached; reused here, built only if missing: v1.7.0 from a
+  KubeRay checkout named by ``$KUBERAY_SOURCE``), run as ``CLUSTER_DOMAIN=cluster.local <bin> --kubeconfig <kc>
   --enable-leader-election=false --metrics-addr 127.0.0.1:<p>
   --health-probe-bind-address 127.0.0.1:<p> --use-kubernetes-proxy`` with a minimal
   environment.
@@ -25,11 +27,14 @@ its module, ``kuberay.sh --crds``), which KubeRay watches and ours ignores: one 
 plane state for both.
 
 The scenario (``rayservice.py``'s, with its helpers): ``--services`` RayServices created
-at once -> all Ready (``Ready=True``, every application ``RUNNING``,
-``numServeEndpoints > 0``), ``--settle-seconds``; ``--steady-seconds`` of nothing
-changing; a ``rayVersion`` change of all -> all upgraded (Ready on a new cluster, the
-old one deleted after ``rayClusterDeletionDelaySeconds`` = ``--deletion-delay``, the
-same for both), ``--settle-seconds``.
+at once (a head and one worker each, or with ``--head-only`` a head only: the pod
+network's nodes hold about 3,000 pods, so N = 1,000 runs head-only) -> all Ready
+(``Ready=True``, every application ``RUNNING``, ``numServeEndpoints > 0``),
+``--settle-seconds``; ``--steady-seconds`` of nothing changing; a ``rayVersion`` change
+of all -> all upgraded (Ready on a new cluster, the old one deleted after
+``rayClusterDeletionDelaySeconds`` = ``--deletion-delay``, the same for both),
+``--settle-seconds``; all deleted -> no RayService, RayCluster or pod left
+(``time_to_deleted_s``), ``--settle-seconds``.
 
 Figures per run (one JSON object per operator per round on stdout). kube-apiserver counts
 (``apiserver_request_total``, all clients) and writes an audit log (level ``Metadata``,
@@ -53,7 +58,8 @@ simulator counts what the heads got.
   / N); ``conflicts_all_clients`` every client's (kube-controller-manager's EndpointSlice
   deletes, too);
 - ``writes_all``: the operator's writes (create, update, patch, delete; not the proxy's
-  data-plane PUTs) from the first create to the end; ``writes_all_clients``: every
+  data-plane PUTs) from the first create to the end, i.e. over the whole life of the
+  services (create -> Ready -> upgrade -> delete); ``writes_per_svc`` the same / N; ``writes_all_clients``: every
   client's but the control plane's Lease renewals (pods' status from kwok, bindings,
   EndpointSlices, events ... ride along);
 - ``dashboard_requests_per_min_per_svc``: requests the simulated heads got in the steady
@@ -64,13 +70,20 @@ simulator counts what the heads got.
   :meth:`runtime.testing.process.ChildProcess.cpu_seconds`) of the operator process, read
   before it stops.
 
+``detail["timeline"]``: where each service's start-up time went, from the audit log
+(:func:`timeline`, :data:`TIMELINE_EVENTS`): per step the median, p90 and max over the
+services of its seconds after the service's create (``timeline_p50_s``: the medians).
+``--profile DIR`` runs our manager under cProfile (``DIR/ours-n<N>.prof``; its top
+functions by own and by cumulative time in ``detail``): slower, for finding costs only.
+
 ``detail`` holds the breakdowns by ``verb resource[/subresource]``: the steady window's
 requests (all clients, from the metric) and by client (audit), the writes per phase (all
 clients), the operator's writes, the conflicts by client, the data-plane requests by
 ``port method path``.
 
 The last stdout line: ``{"bench": "compare", "services", "steady_seconds", "rounds",
-"ours": {medians}, "kuberay": {medians}, "ratios": {ours / kuberay}}``, or with an
+"kuberay_version", "head_only", "ours": {medians}, "kuberay": {medians},
+"ratios": {ours / kuberay}}``, or with an
 ``error`` key (exit status 1) if a run failed. Progress goes to stderr. Usage:
 ``.venv/bin/python hack/bench/compare.py --services 50 --steady-seconds 120 --rounds 1``.
 """
@@ -85,6 +98,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import statistics
 import subprocess
@@ -112,6 +126,9 @@ from tests.support import raysim  # noqa: E402
 __all__ = ["main"]
 
 OPERATORS = ("ours", "kuberay")
+DEFAULT_KUBERAY = "v1.7.0"
+"""The peer: what KubeRay users run now (``--kuberay-version``; v1.5.0 is served by the Go
+module proxy, v1.7.0 is built from a checkout given as ``$KUBERAY_SOURCE``)."""
 KUBERAY_SH = ROOT / "hack/peers/kuberay.sh"
 PROXY_SUBRESOURCES = frozenset({("services", "proxy"), ("pods", "proxy")})
 WATCH_VERBS = frozenset({"WATCH", "WATCHLIST"})
@@ -124,7 +141,7 @@ FIGURES = (
     "init_status_writes_per_svc", "steady_status_writes_per_svc",
     "upgrade_status_writes_per_svc", "steady_nonwatch_requests_per_min",
     "dashboard_requests_per_min_per_svc", "conflicts_per_svc", "time_to_ready_s",
-    "time_to_upgraded_s", "peak_rss_mib", "cpu_s",
+    "time_to_upgraded_s", "writes_per_svc", "time_to_deleted_s", "peak_rss_mib", "cpu_s",
 )  # fmt: skip
 """The issue's per-operator figures (``hack/bench/results/<date>.json``), first, in order."""
 
@@ -153,22 +170,27 @@ def log(message: str) -> None:
 # -- the operator processes ----------------------------------------------------------------
 
 
-def kuberay_binary() -> pathlib.Path:
-    """The cached KubeRay binary (built by ``kuberay.sh`` only if it is missing)."""
-    printed = subprocess.run([str(KUBERAY_SH), "--print-bin"], capture_output=True, text=True,
-                             check=True).stdout.strip().splitlines()[-1]  # fmt: skip
-    path = pathlib.Path(printed)
+def _kuberay_sh(version: str, *flags: str, **kwargs: Any) -> str:
+    """The last stdout line of ``hack/peers/kuberay.sh`` for KubeRay ``version``."""
+    env = {**os.environ, "KUBERAY_VERSION": version}
+    done = subprocess.run([str(KUBERAY_SH), *flags], stdout=subprocess.PIPE, text=True,
+                          check=True, env=env, **kwargs)  # fmt: skip
+    return done.stdout.strip().splitlines()[-1]
+
+
+def kuberay_binary(version: str = DEFAULT_KUBERAY) -> pathlib.Path:
+    """KubeRay ``version``'s cached binary (built by ``kuberay.sh`` only if it is missing:
+    from the Go module proxy, or from ``$KUBERAY_SOURCE``, a git checkout of KubeRay, for
+    a tag the proxy does not serve)."""
+    path = pathlib.Path(_kuberay_sh(version, "--print-bin"))
     if not path.exists():
-        log("building KubeRay with hack/peers/kuberay.sh (once; minutes)")
-        done = subprocess.run([str(KUBERAY_SH)], stdout=subprocess.PIPE, text=True, check=True)
-        path = pathlib.Path(done.stdout.strip().splitlines()[-1])
+        log(f"building KubeRay {version} with hack/peers/kuberay.sh (once; minutes)")
+        path = pathlib.Path(_kuberay_sh(version))
     return path
 
 
-def rayjob_crd() -> pathlib.Path:
-    crds = subprocess.run([str(KUBERAY_SH), "--crds"], capture_output=True, text=True,
-                          check=True).stdout.strip().splitlines()[-1]  # fmt: skip
-    return pathlib.Path(crds) / "ray.io_rayjobs.yaml"
+def rayjob_crd(version: str = DEFAULT_KUBERAY) -> pathlib.Path:
+    return pathlib.Path(_kuberay_sh(version, "--crds")) / "ray.io_rayjobs.yaml"
 
 
 def kuberay(
@@ -208,10 +230,11 @@ def start_operator(
 ) -> _common.Manager:
     if operator == "kuberay":
         return kuberay(args.kuberay_bin, kubeconfig, work)
+    profile = args.profile / f"ours-n{args.services}.prof" if args.profile else None
     return _common.Manager.ours(kubeconfig, work, [
         "--use-kubernetes-proxy", "--log-level", args.manager_log_level, "--log-format", "json",
         "--leader-elect=false",  # as KubeRay above: no Lease writes in either's counts
-    ])  # fmt: skip
+    ], profile=profile)  # fmt: skip
 
 
 # -- counting ------------------------------------------------------------------------------
@@ -312,6 +335,7 @@ def operator_figures(
         "conflicts_per_svc": round(sum(conflicts.get(who, {}).values()) / count, 3),
         "conflicts": sum(conflicts.get(who, {}).values()),
         "writes_all": sum(writes.get(who, {}).values()),
+        "writes_per_svc": round(sum(writes.get(who, {}).values()) / count, 2),
     }
     return figures, {
         "steady_by_client": steady,
@@ -331,7 +355,8 @@ async def run_one(args: argparse.Namespace, operator: str, result: dict[str, Any
     """The scenario against ``operator`` on a fresh control plane; figures into ``result``."""
     count = args.services
     namespaces = [f"bench-rs-{j}" for j in range(min(rayservice_bench.MAX_NAMESPACES, count))]
-    nodes = max(2, (count * 2 * 2) // raycluster_bench.PODS_PER_NODE + 1)
+    pods = 1 if args.head_only else 2  # per RayCluster; two clusters per service in an upgrade
+    nodes = max(2, (count * pods * 2) // raycluster_bench.PODS_PER_NODE + 1)
     t0 = time.monotonic()
     with rayservice_bench.workdir() as work:
         audit_log = work / "audit.log"
@@ -390,6 +415,17 @@ async def run_one(args: argparse.Namespace, operator: str, result: dict[str, Any
         )
         result.update(figures)
         result["detail"].update(breakdowns)
+        result["detail"]["timeline"] = timeline(
+            audit_log, operator, windows["init"], result.pop("ready_at")
+        )
+        result["timeline_p50_s"] = {
+            event: row["p50"] for event, row in result["detail"]["timeline"].items()
+        }
+        if args.profile and operator == "ours":
+            prof = args.profile / f"ours-n{count}.prof"
+            if prof.exists():
+                result["detail"]["profile_top_tottime"] = _common.profile_top(prof)
+                result["detail"]["profile_top_cumtime"] = _common.profile_top(prof, 40, "cumtime")
     result["total_s"] = round(time.monotonic() - t0, 1)
 
 
@@ -418,13 +454,19 @@ async def scenario(
         run_from = now()
         await asyncio.gather(*(
             client.create(rayservice_bench.rayservice(
-                f"bench-{i}", namespaces[i % len(namespaces)], args.deletion_delay))
+                f"bench-{i}", namespaces[i % len(namespaces)], args.deletion_delay,
+                workers=not args.head_only))
             for i in range(count)
         ))  # fmt: skip
+        seen: dict[tuple[str, str], float] = {}
         ready_s = await rayservice_bench.wait_until(
             client, process, count, args.ready_timeout, started, "Ready",
-            lambda s, _names: rayservice_bench.ready(s),
+            lambda s, _names: rayservice_bench.ready(s), seen,
         )  # fmt: skip
+        result["ready_at"] = {
+            key: run_from + datetime.timedelta(seconds=at) for key, at in seen.items()
+        }
+        windows["init"] = (run_from, now())
         result["time_to_ready_s"] = round(ready_s, 2)
         log(f"{operator}: all {count} Ready in {ready_s:.1f} s; settling {args.settle_seconds} s")
         await asyncio.sleep(args.settle_seconds)
@@ -478,8 +520,23 @@ async def scenario(
         await asyncio.sleep(args.settle_seconds)
         at_end = rayservice_bench.api_counts(cp)
         upgrade = rayservice_bench.minus(at_end, after_steady)
+
+        # -- delete ------------------------------------------------------------------------
+        delete_started = time.monotonic()
+        listed = await client.list(v1.RAYSERVICES, None, label_selector=selector)
+        await asyncio.gather(*(
+            client.delete(v1.RAYSERVICES, s["metadata"]["namespace"], s["metadata"]["name"])
+            for s in listed.items
+        ))  # fmt: skip
+        result["time_to_deleted_s"] = round(await gone(
+            client, process, args.upgrade_timeout, delete_started), 2)  # fmt: skip
+        log(f"{operator}: all deleted in {result['time_to_deleted_s']:.1f} s; "
+            f"settling {args.settle_seconds} s")  # fmt: skip
+        await asyncio.sleep(args.settle_seconds)
+        at_deleted = rayservice_bench.api_counts(cp)
+        delete = rayservice_bench.minus(at_deleted, at_end)
         windows["run"] = (run_from, now())
-        whole = rayservice_bench.minus(at_end, before)
+        whole = rayservice_bench.minus(at_deleted, before)
 
     conflicts = rayservice_bench.conflicts(whole)
     result.update(phase_figures("init", init, count))
@@ -501,13 +558,123 @@ async def scenario(
     detail["data_plane_steady_by_kind"] = dict(sorted(plane.items()))
     detail["writes_by_kind"] = {
         phase: rayservice_bench.writes_by_kind(delta)
-        for phase, delta in (("init", init), ("steady", steady), ("upgrade", upgrade))
+        for phase, delta in (
+            ("init", init),
+            ("steady", steady),
+            ("upgrade", upgrade),
+            ("delete", delete),
+        )
     }
     detail["conflicts_by_kind"] = {
         kind(verb, res, sub): int(n)
         for (verb, res, sub, code), n in whole.items()
         if code == "409" and n and verb not in rayservice_bench.READ_VERBS
     }
+
+
+async def gone(
+    client: client_.Client, process: _common.Manager, within: float, started: float
+) -> float:
+    """Seconds from ``started`` until no RayService, RayCluster or pod is left."""
+    while True:
+        process.check_alive()
+        left = [len((await client.list(r, None)).items)
+                for r in (v1.RAYSERVICES, v1.RAYCLUSTERS, rayservice_bench.PODS)]  # fmt: skip
+        elapsed = time.monotonic() - started
+        if not any(left):
+            return elapsed
+        if elapsed > within:
+            raise rayservice_bench.BenchError(
+                f"(RayServices, RayClusters, pods) left {within:.0f} s after deleting: {left}"
+            )
+        await asyncio.sleep(0.5)
+
+
+TIMELINE_EVENTS = (
+    "cluster_created", "head_pod_bound", "head_pod_running", "head_svc_created",
+    "first_serve_put", "serve_svc_created", "first_status_write", "last_status_write",
+    "ready_seen",
+)  # fmt: skip
+"""Per RayService, in the start-up window, seconds after the benchmark's create answered:
+the operator's first RayCluster create; the scheduler's binding and kwok's first status
+patch of the head pod; the operator's first create of a head Service, first Serve PUT
+(``services/proxy`` or ``pods/proxy``), create of ``<name>-serve-svc``, first and last
+RayService status write before Ready was seen; the benchmark's first poll that saw it
+Ready (all applications RUNNING and endpoints)."""
+
+_SERVICE_NAME = re.compile(r"^(bench-\d+)(?:-|$)")
+
+
+def timeline(
+    path: pathlib.Path,
+    operator: str,
+    window: tuple[datetime.datetime, datetime.datetime],
+    ready_at: Mapping[tuple[str, str], datetime.datetime],
+) -> dict[str, dict[str, float]]:
+    """Where each RayService's start-up time went (:data:`TIMELINE_EVENTS`), from the audit
+    log: per event the median (``p50``), ``p90`` and ``max`` over the services of its
+    seconds after the service was created, and ``n``, the services that had it."""
+    who = OPERATOR_USER_AGENTS[operator]
+    created: dict[tuple[str, str], datetime.datetime] = {}
+    first: dict[str, dict[tuple[str, str], datetime.datetime]] = {e: {} for e in TIMELINE_EVENTS}
+    last_status: dict[tuple[str, str], datetime.datetime] = {}
+
+    def mark(event: str, key: tuple[str, str], at: datetime.datetime) -> None:
+        first[event].setdefault(key, at)
+
+    with open(path, errors="replace") as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+                at = datetime.datetime.fromisoformat(event["stageTimestamp"])
+            except (ValueError, KeyError):
+                continue
+            if not window[0] <= at <= window[1]:
+                continue
+            ref = event.get("objectRef") or {}
+            name = str(ref.get("name") or "")
+            match = _SERVICE_NAME.match(name)
+            if not match or int((event.get("responseStatus") or {}).get("code") or 0) >= 300:
+                continue
+            key = (str(ref.get("namespace") or ""), match.group(1))
+            client = str(event.get("userAgent") or "-").split("/")[0].split(" ")[0]
+            what = (event.get("verb"), ref.get("resource"), ref.get("subresource") or "")
+            if client == BENCH_USER_AGENT.split("/")[0]:
+                if what == ("create", "rayservices", ""):
+                    created.setdefault(key, at)
+            elif client == who:
+                if what == ("create", "rayclusters", ""):
+                    mark("cluster_created", key, at)
+                elif what == ("create", "services", "") and name.endswith("-head-svc"):
+                    mark("head_svc_created", key, at)
+                elif what == ("create", "services", "") and name == f"{key[1]}-serve-svc":
+                    mark("serve_svc_created", key, at)
+                elif what[0] == "update" and (what[1], what[2]) in PROXY_SUBRESOURCES:
+                    mark("first_serve_put", key, at)
+                elif (what[1:] == ("rayservices", "status") and what[0] in ("update", "patch")
+                      and (key not in ready_at or at <= ready_at[key])):  # fmt: skip
+                    mark("first_status_write", key, at)
+                    last_status[key] = max(at, last_status.get(key, at))
+            elif "-head" in name and what == ("create", "pods", "binding"):
+                mark("head_pod_bound", key, at)
+            elif "-head" in name and what[1:] == ("pods", "status"):
+                mark("head_pod_running", key, at)
+    first["last_status_write"] = last_status
+    first["ready_seen"] = dict(ready_at)
+    out: dict[str, dict[str, float]] = {}
+    for event in TIMELINE_EVENTS:
+        offsets = sorted(
+            (at - created[key]).total_seconds() for key, at in first[event].items()
+            if key in created
+        )  # fmt: skip
+        if offsets:
+            out[event] = {
+                "p50": round(statistics.median(offsets), 2),
+                "p90": round(offsets[min(len(offsets) - 1, int(0.9 * len(offsets)))], 2),
+                "max": round(offsets[-1], 2),
+                "n": len(offsets),
+            }
+    return out
 
 
 # -- rounds and the summary ----------------------------------------------------------------
@@ -604,6 +771,23 @@ def main(argv: list[str] | None = None) -> int:
         "--manager-log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     parser.add_argument(
+        "--head-only",
+        action="store_true",
+        help="RayServices without worker groups (one pod per RayCluster; for N = 1,000)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=pathlib.Path,
+        default=None,
+        help="run our manager under cProfile, its output in DIR/ours-n<N>.prof, its top "
+        "functions in the report's detail",
+    )
+    parser.add_argument(
+        "--kuberay-version",
+        default=DEFAULT_KUBERAY,
+        help=f"the KubeRay peer (default {DEFAULT_KUBERAY}; v1.5.0 needs no checkout)",
+    )
+    parser.add_argument(
         "--kuberay-bin",
         type=pathlib.Path,
         default=None,
@@ -625,13 +809,18 @@ def main(argv: list[str] | None = None) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     summary: dict[str, Any] = {
         "bench": "compare", "services": args.services, "steady_seconds": args.steady_seconds,
-        "rounds": args.rounds,
+        "rounds": args.rounds, "kuberay_version": args.kuberay_version,
+        "head_only": args.head_only,
     }  # fmt: skip
     status = 0
     try:
         args.bin_dir = _common.bin_dir(args.bin_dir)
-        args.kuberay_bin = args.kuberay_bin or kuberay_binary()
-        args.rayjob_crd = rayjob_crd()
+        if args.profile:
+            args.profile = args.profile.resolve()
+            args.profile.mkdir(parents=True, exist_ok=True)
+        if args.operator != "ours":
+            args.kuberay_bin = args.kuberay_bin or kuberay_binary(args.kuberay_version)
+        args.rayjob_crd = rayjob_crd(args.kuberay_version)
         asyncio.run(run_all(args, summary))
     except (
         rayservice_bench.BenchError, raycluster_bench.BenchError,

@@ -219,7 +219,12 @@ def data_plane(sim: raysim.Simulator) -> dict[str, int]:
 # -- the services --------------------------------------------------------------------------
 
 
-def rayservice(name: str, namespace: str, deletion_delay: int) -> dict[str, Any]:
+def rayservice(
+    name: str, namespace: str, deletion_delay: int, *, workers: bool = True
+) -> dict[str, Any]:
+    """The benchmark's RayService: the sample's two applications on a head and (unless
+    ``workers`` is false: head-only, ``compare.py --head-only``) one worker group of one."""
+
     def template(container: str, ports: list[dict[str, Any]]) -> dict[str, Any]:
         return {"spec": {"containers": [{
             "name": container, "image": "rayproject/ray:2.60.0", "ports": ports,
@@ -246,7 +251,7 @@ def rayservice(name: str, namespace: str, deletion_delay: int) -> dict[str, Any]
                 "workerGroupSpecs": [{
                     "groupName": "serve-workers", "replicas": 1, "minReplicas": 1,
                     "maxReplicas": 3, "rayStartParams": {}, "template": template("ray-worker", []),
-                }],
+                }] if workers else [],
             },
         },
     }  # fmt: skip
@@ -277,15 +282,23 @@ async def wait_until(
     started: float,
     what: str,
     done: Any,
+    seen: dict[tuple[str, str], float] | None = None,
 ) -> float:
-    """Seconds from ``started`` until ``done(services, clusters)`` holds for all ``count``."""
+    """Seconds from ``started`` until ``done(services, clusters)`` holds for all ``count``;
+    ``seen`` gets, per RayService (namespace, name), the seconds of the first poll that
+    found it done. Polls every 0.25 s (every ``count / 1000`` s above 250 services)."""
     last_report = 0.0
     while True:
         manager.check_alive()
         services = await client.list(v1.RAYSERVICES, None, label_selector="bench=rayservice")
         clusters = await client.list(v1.RAYCLUSTERS, None)
         names = {(c["metadata"]["namespace"], c["metadata"]["name"]) for c in clusters.items}
-        good = sum(1 for s in services.items if done(s, names))
+        good_ones = [s for s in services.items if done(s, names)]
+        good = len(good_ones)
+        if seen is not None:
+            at = time.monotonic() - started
+            for s in good_ones:
+                seen.setdefault((s["metadata"]["namespace"], s["metadata"]["name"]), at)
         elapsed = time.monotonic() - started
         if good == count:
             return elapsed
@@ -299,7 +312,7 @@ async def wait_until(
         if elapsed - last_report >= 10:
             last_report = elapsed
             log(f"{elapsed:.0f} s: {good} of {count} {what}")
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(max(0.25, count / 1000))
 
 
 def app_status(obj: Mapping[str, Any], app: str) -> str:

@@ -46,6 +46,8 @@ SCENARIO_FIGURES = (
     "conflicts_per_svc",
     "time_to_ready_s",
     "time_to_upgraded_s",
+    "writes_per_svc",
+    "time_to_deleted_s",
     "peak_rss_mib",
     "cpu_s",
 )
@@ -60,6 +62,8 @@ LABELS = {
     "conflicts_per_svc": "409 conflicts / service",
     "time_to_ready_s": "time to all Ready (s)",
     "time_to_upgraded_s": "time to all upgraded (s)",
+    "writes_per_svc": "operator writes / service, create -> Ready -> upgrade -> delete",
+    "time_to_deleted_s": "time to all deleted (s)",
     "peak_rss_mib": "peak RSS (MiB)",
     "cpu_s": "CPU (s), operator process + its children",
     "converge_s": "converge after the last update (s)",
@@ -125,8 +129,9 @@ def table(results: Mapping[str, Any]) -> str:
     lines = []
     if scenarios:
         head = ["RayService figure"]
+        peer = "KubeRay " + str((results.get("run") or {}).get("kuberay_version") or "")
         for name in scenarios:
-            head += [f"ours, N={name[1:]}", f"KubeRay, N={name[1:]}"]
+            head += [f"ours, N={name[1:]}", f"{peer.strip()}, N={name[1:]}"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for key in SCENARIO_FIGURES:
             row = [LABELS[key]]
@@ -167,7 +172,18 @@ def run_bench(script: str, args: Sequence[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--services", default="1,50,200", help="comma-separated N (1,50,200)")
+    parser.add_argument("--services", default="1,200,1000", help="comma-separated N (1,200,1000)")
+    parser.add_argument(
+        "--head-only-from",
+        type=int,
+        default=1000,
+        help="from this N on, head-only RayServices (the pod network's 15 nodes; default 1000)",
+    )
+    parser.add_argument(
+        "--kuberay-version",
+        default="v1.7.0",
+        help="the KubeRay peer (v1.7.0 needs $KUBERAY_SOURCE, a KubeRay checkout, to build)",
+    )
     parser.add_argument("--steady-seconds", type=float, default=900.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--objects", type=int, default=2000, help="frameworks.py; 0: skip")
@@ -180,13 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"scenarios": {}, "frameworks": {}, "run": {
         "command": shlex.join(["python", "hack/bench/results.py", *sys.argv[1:]]),
         "steady_seconds": args.steady_seconds, "rounds": args.rounds,
+        "kuberay_version": args.kuberay_version, "head_only_from": args.head_only_from,
         "started": started.isoformat(timespec="seconds"),
     }}  # fmt: skip
     failed = []
     for n in sizes:
         summary = run_bench("compare.py", [
             "--services", str(n), "--steady-seconds", str(args.steady_seconds),
-            "--rounds", str(args.rounds),
+            "--rounds", str(args.rounds), "--kuberay-version", args.kuberay_version,
+            *(["--head-only"] if n >= args.head_only_from else []),
         ])  # fmt: skip
         try:
             results["scenarios"][f"n{n}"] = collect(summary, ("ours", "kuberay"), SCENARIO_FIGURES)

@@ -12,6 +12,10 @@
 # Progress goes to stderr; the last line on stdout is the answer, so
 #   KUBERAY="$(hack/peers/kuberay.sh | tail -n1)"
 # works.  Environment: KUBERAY_VERSION (default v1.5.0) picks another tag.
+# KUBERAY_SOURCE=<git directory of github.com/ray-project/kuberay> builds that tag
+# from the checkout instead (for tags the module proxy does not serve, e.g. v1.7.0
+# here): the tag's ray-operator/ is exported into the cache and built with its own
+# go.mod (dependencies from the module proxy); --crds then prints its CRDs.
 set -euo pipefail
 
 KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"
@@ -55,6 +59,23 @@ wrapper_gomod() {
     "${WRAPPER_GO}" "${MODULE}" "${KUBERAY_VERSION}"
 }
 STAMP="${MODULE} ${KUBERAY_VERSION} gomod=$(wrapper_gomod | sha256sum | cut -c1-16)"
+KUBERAY_SOURCE="${KUBERAY_SOURCE:-}"
+if [[ -n "${KUBERAY_SOURCE}" ]]; then
+  commit="$(git -C "${KUBERAY_SOURCE}" rev-parse --verify -q "${KUBERAY_VERSION}^{commit}")" \
+    || die "no tag ${KUBERAY_VERSION} in ${KUBERAY_SOURCE}"
+  STAMP="${MODULE} ${KUBERAY_VERSION} source=${commit}"
+fi
+SRC_DIR="${CACHE_DIR}/src"
+
+# The tag's ray-operator/ exported into ${SRC_DIR} (once per commit).
+export_source() {
+  if [[ ! -f "${SRC_DIR}/.commit" || "$(cat "${SRC_DIR}/.commit")" != "${commit}" ]]; then
+    rm -rf "${SRC_DIR}" && mkdir -p "${SRC_DIR}"
+    mkdir -p "${SRC_DIR}/ray-operator"
+    git -C "${KUBERAY_SOURCE}" archive "${commit}:ray-operator" | tar -x -C "${SRC_DIR}/ray-operator"
+    echo "${commit}" > "${SRC_DIR}/.commit"
+  fi
+}
 
 # `go mod download -json` of the operator's module (downloaded on first use).
 module_json() {
@@ -71,6 +92,11 @@ module_dir() {
   echo "${dir}"
 }
 
+if [[ "${mode}" == crds && -n "${KUBERAY_SOURCE}" ]]; then
+  mkdir -p "${CACHE_DIR}" && export_source
+  echo "${SRC_DIR}/ray-operator/config/crd/bases"
+  exit 0
+fi
 if [[ "${mode}" == crds ]]; then
   crds="$(module_dir)/config/crd/bases"
   [[ -d "${crds}" ]] || die "no CRD directory in ${MODULE}@${KUBERAY_VERSION}: ${crds}"
@@ -110,6 +136,22 @@ trap 'rm -rf "${TMP_DIR}"' EXIT
 
 start=${SECONDS}
 log "building ${MODULE} ${KUBERAY_VERSION} into ${BIN} ($(go version)) ..."
+if [[ -n "${KUBERAY_SOURCE}" ]]; then
+  export_source
+  out="${TMP_DIR}/build-output.log"
+  if ! (cd "${SRC_DIR}/ray-operator" && go build -trimpath -ldflags "-s -w" \
+          -o "${TMP_DIR}/kuberay-operator" . >"${out}" 2>&1); then
+    log "FAILED building ${KUBERAY_VERSION} from ${KUBERAY_SOURCE} after $(( SECONDS - start ))s"
+    cat "${out}" >&2
+    exit 1
+  fi
+  mv -f "${TMP_DIR}/kuberay-operator" "${BIN}"
+  echo "${STAMP}" > "${TMP_DIR}/.stamp"
+  mv -f "${TMP_DIR}/.stamp" "${STAMP_FILE}"
+  log "built ${KUBERAY_VERSION} from source in $(( SECONDS - start ))s"
+  echo "${BIN}"
+  exit 0
+fi
 wrapper="${TMP_DIR}/wrapper"
 mkdir -p "${wrapper}"
 wrapper_gomod > "${wrapper}/go.mod"

@@ -95,8 +95,9 @@ ENVTEST_ENV = "KUBEBUILDER_ASSETS"
 DEFAULT_POD_CIDR = "198.18.0.0/16"
 """Pod addresses come from the range reserved for benchmark networks (RFC 2544)."""
 
-SERVICE_CIDR = "198.19.0.0/24"
-"""Service ClusterIPs: allocated by the apiserver, never connected to."""
+SERVICE_CIDR = "198.19.0.0/20"
+"""Service ClusterIPs: allocated by the apiserver, never connected to (4,094 of them:
+room for a thousand RayServices' Services, ``hack/bench/compare.py --services 1000``)."""
 
 HOST_VETH_ADDRESS = "198.19.255.254"
 """The host end of the pod-network veth (outside both the pod and service CIDRs)."""

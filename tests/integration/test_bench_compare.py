@@ -1,7 +1,10 @@
-"""``hack/bench/compare.py`` runs our operator and KubeRay v1.5.0 one after the other (one
-RayService, a 20 s steady window, one round): both bring the service to Ready and through
-the ``rayVersion`` upgrade, and every run and the summary carry the issue's figures.
-Nothing about performance is asserted at this size."""
+"""``hack/bench/compare.py`` runs our operator and KubeRay one after the other (one
+RayService, a 20 s steady window, one round): both bring the service to Ready, through the
+``rayVersion`` upgrade and its deletion, and every run and the summary carry the issue's
+figures and a start-up timeline. Nothing about performance is asserted at this size.
+
+The peer here is KubeRay v1.5.0, which the Go module proxy serves (CI cannot fetch
+v1.7.0's source; ``make bench-compare`` runs v1.7.0 built from a checkout)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ FIGURES = (
     "init_status_writes_per_svc", "steady_status_writes_per_svc",
     "upgrade_status_writes_per_svc", "steady_nonwatch_requests_per_min",
     "dashboard_requests_per_min_per_svc", "conflicts_per_svc", "time_to_ready_s",
-    "time_to_upgraded_s", "peak_rss_mib", "cpu_s",
+    "time_to_upgraded_s", "writes_per_svc", "time_to_deleted_s", "peak_rss_mib", "cpu_s",
 )  # fmt: skip
 """The issue's figures, in its order (``hack/bench/results/<date>.json``)."""
 SPLIT = tuple(
@@ -37,7 +40,7 @@ EXTRA = (
 def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--services", "1", "--steady-seconds", "20",
-         "--rounds", "1", "--bin-dir", str(bin_dir)],
+         "--rounds", "1", "--bin-dir", str(bin_dir), "--kuberay-version", "v1.5.0"],
         cwd=ROOT, capture_output=True, text=True, timeout=580, check=False,
     )  # fmt: skip
     lines = [json.loads(line) for line in done.stdout.strip().splitlines()]
@@ -59,6 +62,18 @@ def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
         # Ready and upgraded (the script waits for both; the times say it got there).
         assert 0 < run["time_to_ready_s"] < 120, run
         assert 0 < run["time_to_upgraded_s"] < 150, run
+        assert 0 < run["time_to_deleted_s"] < 150, run
+        assert run["writes_per_svc"] == run["writes_all"], "one service: all its writes"
+        # The start-up timeline: every step seen once, in the order it must happen.
+        line = run["detail"]["timeline"]
+        assert {e: row["n"] for e, row in line.items()} == dict.fromkeys(
+            ("cluster_created", "head_pod_bound", "head_pod_running", "head_svc_created",
+             "first_serve_put", "serve_svc_created", "first_status_write",
+             "last_status_write", "ready_seen"), 1), line  # fmt: skip
+        p50 = run["timeline_p50_s"]
+        assert 0 <= p50["cluster_created"] <= p50["head_pod_bound"] <= p50["head_pod_running"]
+        assert p50["head_pod_running"] <= p50["first_serve_put"] <= p50["ready_seen"], p50
+        assert p50["first_status_write"] <= p50["last_status_write"] <= p50["ready_seen"], p50
         # Each operator wrote its statuses and made its own traffic.
         assert run["init_rayservice_status_writes_per_svc"] >= 1, run
         assert run["init_raycluster_status_writes_per_svc"] >= 1, run
@@ -86,8 +101,9 @@ def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
     assert kuberay["steady_proxy_requests_per_min"] > 0
     assert kuberay["dashboard_requests_per_min_per_svc"] > 0
 
-    heading = (summary["bench"], summary["services"], summary["steady_seconds"], summary["rounds"])
-    assert heading == ("compare", 1, 20.0, 1)
+    heading = (summary["bench"], summary["services"], summary["steady_seconds"], summary["rounds"],
+               summary["kuberay_version"], summary["head_only"])  # fmt: skip
+    assert heading == ("compare", 1, 20.0, 1, "v1.5.0", False)
     for operator in ("ours", "kuberay"):
         for key in (*FIGURES, *SPLIT):
             assert summary[operator][key] == next(

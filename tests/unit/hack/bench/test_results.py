@@ -57,7 +57,7 @@ def test_the_results_file_has_exactly_the_issues_shape(
     assert set(written["frameworks"]) == {"ours", "kopf"}
     assert tuple(written["frameworks"]["kopf"]) == results.FRAMEWORK_FIGURES
     assert calls[0] == ["compare.py", "--services", "1", "--steady-seconds", "60.0",
-                        "--rounds", "1"]  # fmt: skip
+                        "--rounds", "1", "--kuberay-version", "v1.7.0"]  # fmt: skip
     assert calls[-1] == ["frameworks.py", "--objects", "20"]
 
 
@@ -102,3 +102,17 @@ def test_the_readme_table_replaces_only_the_marked_section(tmp_path: pathlib.Pat
 def test_the_readme_has_the_markers() -> None:
     content = (helpers.ROOT / "README.md").read_text()
     assert content.index(results.BEGIN) < content.index(results.END)
+
+
+def test_large_n_runs_head_only_against_the_peer_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    calls = fake_runs(monkeypatch)
+    code = results.main(["--services", "1,1000", "--objects", "0", "--kuberay-version", "v1.5.0",
+                         "--out", str(tmp_path / "r.json")])  # fmt: skip
+    assert code == 0
+    assert [c[c.index("--kuberay-version") + 1] for c in calls] == ["v1.5.0", "v1.5.0"]
+    assert ["--head-only" in c for c in calls] == [False, True]
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert written["run"]["kuberay_version"] == "v1.5.0"
+    assert "KubeRay v1.5.0, N=1000" in results.table(written).splitlines()[0]
