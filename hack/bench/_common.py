@@ -75,6 +75,13 @@ class Child(process.ChildProcess):
             raise BenchError(str(exc)) from None
 
 
+_PROFILED = (
+    "import cProfile, sys, controllers.main as m; out = sys.argv.pop(1); "
+    "p = cProfile.Profile(); code = p.runcall(m.main); p.dump_stats(out); sys.exit(code)"
+)
+"""``python -c`` running ``rayservice-manager`` under cProfile (the output path first)."""
+
+
 class Manager(Child):
     """An operator as a child process serving ``/readyz`` on ``probe_port`` and
     ``/metrics`` on ``metrics_port``; :meth:`ours` starts ``rayservice-manager``."""
@@ -108,9 +115,8 @@ class Manager(Child):
         metrics_port, probe_port = controlplane.free_ports(2)
         script = pathlib.Path(sys.executable).with_name("rayservice-manager")
         command = [str(script)] if script.exists() else [sys.executable, "-m", "controllers.main"]
-        if profile is not None:
-            command = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m",
-                       "controllers.main"]  # fmt: skip
+        if profile is not None:  # not ``-m cProfile -m``: pydantic needs the real module
+            command = [sys.executable, "-c", _PROFILED, str(profile)]
         command += [
             "--kubeconfig", str(kubeconfig),
             "--metrics-bind-address", f"127.0.0.1:{metrics_port}",

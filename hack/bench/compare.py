@@ -13,10 +13,10 @@ operator process differs:
   run; v1.5.0 is the one the Go module proxy serves, so CI's test uses it) with its
   RayCluster, RayService and RayJob controllers and its default feature gates, built once
   by ``hack/peers/kuberay.sh`` (cached; reused here, built only if missing: v1.7.0 from a
-  KubeRay checkout named by ``$KUBERAY_SOURCE``), run as ``CLUSTER_DOMAIN=cluster.local <bin> --kubeconfig <kc>
-  --enable-leader-election=false --metrics-addr 127.0.0.1:<p>
-  --health-probe-bind-address 127.0.0.1:<p> --use-kubernetes-proxy`` with a minimal
-  environment.
+  KubeRay checkout named by ``$KUBERAY_SOURCE``), run as
+  ``CLUSTER_DOMAIN=cluster.local <bin> --kubeconfig <kc> --enable-leader-election=false
+  --metrics-addr 127.0.0.1:<p> --health-probe-bind-address 127.0.0.1:<p>
+  --use-kubernetes-proxy`` with a minimal environment.
 
 Both talk to the Ray heads through the API server's ``services/proxy`` and
 ``pods/proxy`` subresources; the API server dials the simulator at the pod IPs through
@@ -59,9 +59,9 @@ simulator counts what the heads got.
   deletes, too);
 - ``writes_all``: the operator's writes (create, update, patch, delete; not the proxy's
   data-plane PUTs) from the first create to the end, i.e. over the whole life of the
-  services (create -> Ready -> upgrade -> delete); ``writes_per_svc`` the same / N; ``writes_all_clients``: every
-  client's but the control plane's Lease renewals (pods' status from kwok, bindings,
-  EndpointSlices, events ... ride along);
+  services (create -> Ready -> upgrade -> delete); ``writes_per_svc`` the same / N;
+  ``writes_all_clients``: every client's but the control plane's Lease renewals (pods'
+  status from kwok, bindings, EndpointSlices, events ... ride along);
 - ``dashboard_requests_per_min_per_svc``: requests the simulated heads got in the steady
   window (dashboard, Serve proxy and agent ports) per minute per service;
   ``serve_puts``: Serve config PUTs over the run;
@@ -344,6 +344,20 @@ def operator_figures(
     }
 
 
+def reconciles(process: _common.Manager) -> dict[str, float]:
+    """``controller_runtime_reconcile_total`` by controller (both operators export it;
+    empty if the metrics endpoint does not answer)."""
+    out: dict[str, float] = {}
+    try:
+        samples = process.metrics()
+    except (OSError, _common.BenchError):
+        return out
+    for name, labels, value in samples:
+        if name == "controller_runtime_reconcile_total":
+            out[labels.get("controller", "")] = out.get(labels.get("controller", ""), 0) + value
+    return out
+
+
 def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -471,6 +485,8 @@ async def scenario(
         log(f"{operator}: all {count} Ready in {ready_s:.1f} s; settling {args.settle_seconds} s")
         await asyncio.sleep(args.settle_seconds)
         at_ready = rayservice_bench.api_counts(cp)
+        reconciled = reconciles(process)
+        detail["reconciles_init"] = reconciled
         init = rayservice_bench.minus(at_ready, before)
         listed = await client.list(v1.RAYSERVICES, None, label_selector=selector)
         first_clusters = {
@@ -520,6 +536,9 @@ async def scenario(
         await asyncio.sleep(args.settle_seconds)
         at_end = rayservice_bench.api_counts(cp)
         upgrade = rayservice_bench.minus(at_end, after_steady)
+        detail["reconciles_steady_and_upgrade"] = rayservice_bench.minus(
+            reconciles(process), reconciled
+        )
 
         # -- delete ------------------------------------------------------------------------
         delete_started = time.monotonic()

@@ -15,7 +15,8 @@
 # KUBERAY_SOURCE=<git directory of github.com/ray-project/kuberay> builds that tag
 # from the checkout instead (for tags the module proxy does not serve, e.g. v1.7.0
 # here): the tag's ray-operator/ is exported into the cache and built with its own
-# go.mod (dependencies from the module proxy); --crds then prints its CRDs.
+# go.mod (dependencies from the module proxy); --crds then prints its CRDs (also
+# later without KUBERAY_SOURCE, from the exported copy).
 set -euo pipefail
 
 KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"
@@ -29,7 +30,7 @@ STAMP_FILE="${CACHE_DIR}/bin/.kuberay-operator.stamp"
 
 log() { echo "[kuberay] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
 
 mode=build
 for arg in "$@"; do
@@ -95,6 +96,10 @@ module_dir() {
 if [[ "${mode}" == crds && -n "${KUBERAY_SOURCE}" ]]; then
   mkdir -p "${CACHE_DIR}" && export_source
   echo "${SRC_DIR}/ray-operator/config/crd/bases"
+  exit 0
+fi
+if [[ "${mode}" == crds && -d "${SRC_DIR}/ray-operator/config/crd/bases" ]]; then
+  echo "${SRC_DIR}/ray-operator/config/crd/bases"  # exported from a checkout before
   exit 0
 fi
 if [[ "${mode}" == crds ]]; then
