@@ -4,7 +4,8 @@ The controller keeps a Widget's status a function of its spec (``status.area = s
 size``, ``status.label = color.upper()``, ``status.observedGeneration =
 metadata.generation``; CRD ``widgets.bench.example.com`` in
 ``hack/bench/frameworks/widgets-crd.yaml``). ``hack/bench/frameworks/ours.py`` is it on
-``runtime/`` (cache + ``StatusWriter``; ``--ours-concurrency`` reconcile workers, default 16);
+``runtime/`` (cache + ``StatusWriter``; ``--ours-concurrency`` reconcile workers, default 64,
+why in its docstring);
 ``hack/bench/frameworks/kopf_widgets.py`` is it on Kopf (``@kopf.on.create/update/resume``,
 status through the ``patch`` kwarg, Kopf's defaults otherwise), run with Kopf's CLI
 ``kopf run --standalone --all-namespaces`` and ``KUBECONFIG``; Kopf comes from PyPI into a
@@ -637,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the bench's requests in flight when creating and updating",
     )
     parser.add_argument(
-        "--ours-concurrency", type=int, default=16, help="reconcile workers of our controller"
+        "--ours-concurrency", type=int, default=64, help="reconcile workers of our controller"
     )
     parser.add_argument(
         "--timeout",

@@ -383,6 +383,18 @@ class Client:
             )
             return float(backoff(state))
 
+        # The first attempt runs outside tenacity: its retry loop costs ~35 us of CPU
+        # even when the first attempt succeeds (it re-wraps its callbacks on every
+        # step), and most requests do succeed at once. A failure the policy retries
+        # enters the loop as its attempt 1, replayed without a request: the waits and
+        # the attempt bound are unchanged.
+        try:
+            return await self._once(method, path, query, body, content_type, request_timeout)
+        except (errors.ApiError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+            failed = _Retryable(exc)
+            if self.options.max_attempts <= 1 or not retryable(failed):
+                raise
+            first: _Retryable | None = failed
         try:
             async for attempt in tenacity.AsyncRetrying(
                 retry=tenacity.retry_if_exception(retryable),
@@ -391,6 +403,9 @@ class Client:
                 reraise=True,
             ):
                 with attempt:
+                    if first is not None:
+                        replayed, first = first, None
+                        raise replayed
                     try:
                         return await self._once(
                             method, path, query, body, content_type, request_timeout

@@ -195,6 +195,31 @@ async def test_persistent_conflicts_are_bounded(client: fake.FakeClient) -> None
     assert client.calls.count(("get", str(WIDGET), "")) - reads == 2
 
 
+async def test_one_attempt_means_no_retry_and_no_reread(client: fake.FakeClient) -> None:
+    writer = status.StatusWriter(client, max_attempts=1)
+    stale = await current(client)
+    other = copy.deepcopy(stale)
+    other["status"] = {"phase": "SetByOther"}
+    await client.update_status(other)
+    writes, reads = (
+        client.writes(subresource="status"),
+        client.calls.count(("get", str(WIDGET), "")),
+    )
+    with pytest.raises(errors.Conflict):
+        await writer.update(stale, {"phase": "Mine"})
+    assert client.writes(subresource="status") == writes + 1
+    assert client.calls.count(("get", str(WIDGET), "")) == reads
+
+
+async def test_a_first_write_that_succeeds_is_written_once(client: fake.FakeClient) -> None:
+    writer = status.StatusWriter(client)
+    writes = client.writes(subresource="status")
+    result = await writer.update(await current(client), {"phase": "A"})
+    assert (result.outcome, result.writes) == (status.Outcome.WRITTEN, 1)
+    assert result.obj["status"] == {"phase": "A"}
+    assert client.writes(subresource="status") == writes + 1
+
+
 async def test_the_given_object_is_not_modified(client: fake.FakeClient) -> None:
     writer = status.StatusWriter(client, stamps={"t": lambda: "now"})
     obj = await current(client)

@@ -101,6 +101,30 @@ async def test_5xx_retried_on_get_but_not_on_post(server: tuple[Server, client_.
     assert [r[0] for r in srv.requests] == ["GET", "GET", "POST"]
 
 
+@pytest.mark.parametrize("max_attempts", [1, 2, 3])
+async def test_retryable_failures_make_exactly_max_attempts_requests(
+    server: tuple[Server, client_.Client], max_attempts: int
+) -> None:
+    # The first attempt runs outside the retry loop and is replayed into it on a
+    # retryable failure: that must neither add nor lose an attempt.
+    srv, fixture_client = server
+    options = client_.Options(timeout=2, retry_max_wait=0.01, max_attempts=max_attempts)
+    async with client_.Client(fixture_client.configuration, options=options) as client:
+        srv.responses += [status(503, "ServiceUnavailable", f"down {i}")
+                          for i in range(max_attempts)]  # fmt: skip
+        with pytest.raises(errors.ServerError, match=f"down {max_attempts - 1}"):
+            await client.get(CM, "ns", "x")
+        assert len(srv.requests) == max_attempts
+        srv.responses += [status(503, "ServiceUnavailable"), web.json_response({"ok": 1})]
+        expected: Any = {"ok": 1} if max_attempts > 1 else None
+        if expected is None:
+            with pytest.raises(errors.ServerError):
+                await client.get(CM, "ns", "x")
+        else:
+            assert await client.get(CM, "ns", "x") == expected
+    assert len(srv.requests) == max_attempts + min(max_attempts, 2)
+
+
 async def test_conflict_and_invalid_are_never_retried(
     server: tuple[Server, client_.Client],
 ) -> None:
