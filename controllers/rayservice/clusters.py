@@ -63,6 +63,7 @@ what is returned is the caller's own copy.
 from __future__ import annotations
 
 import base64
+import collections
 import copy
 import enum
 import hashlib
@@ -202,6 +203,23 @@ def _for_hashing(
     return config
 
 
+_MEMO_SIZE = 8192
+_memo: collections.OrderedDict[tuple[bytes, int | None, bool], str] = collections.OrderedDict()
+""":func:`spec_hash`'s answers by (SHA-1 of the config's exact JSON, worker_groups, legacy),
+least recently used first: a RayService pass asks for the same few hashes every time
+(its config's, each owned cluster's), and computing one (copy, semantic normalisation,
+canonical JSON) costs about a millisecond; the key costs a JSON dump."""
+
+
+def _exact_key(value: Any) -> bytes | None:
+    """SHA-1 of ``value``'s exact JSON (keys sorted), or None if it is not plain JSON."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha1(text.encode(), usedforsecurity=False).digest()
+
+
 def spec_hash(
     cluster_config: Mapping[str, Any], *, worker_groups: int | None = None, legacy: bool = False
 ) -> str:
@@ -219,12 +237,25 @@ def spec_hash(
     True
     >>> spec_hash({"rayVersion": "2.46.0", "suspend": True}) == spec_hash({"rayVersion": "2.46.0"})
     True
+
+    Answers are remembered by the config's exact content (:data:`_memo`), so asking
+    again for an unchanged config costs a JSON dump, not a recomputation.
     """
-    return _digest(
+    exact = _exact_key(cluster_config)
+    key = (exact, worker_groups, legacy) if exact is not None else None
+    if key is not None and (known := _memo.get(key)) is not None:
+        _memo.move_to_end(key)
+        return known
+    value = _digest(
         _canonical_numbers(
             equality.normalize(_for_hashing(cluster_config, worker_groups, legacy=legacy))
         )
     )
+    if key is not None:
+        _memo[key] = value
+        if len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+    return value
 
 
 def serve_config_hash(config: Mapping[str, Any]) -> str:
@@ -338,9 +369,9 @@ def _same_spec(cluster: Mapping[str, Any], config: Mapping[str, Any], groups: in
     spec = cluster.get("spec")
     if not isinstance(spec, Mapping):
         return False
-    ours = equality.normalize(_for_hashing(spec))
-    theirs = equality.normalize(_for_hashing(config, groups))
-    return bool(ours == theirs)
+    # Equal digests of the normalised, hashing-relevant parts: equal parts (the digest
+    # is of their canonical JSON); memoised like every other spec hash.
+    return spec_hash(spec) == spec_hash(config, worker_groups=groups)
 
 
 def match(cluster: Mapping[str, Any], cluster_config: Mapping[str, Any]) -> Match:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from controllers.rayservice import clusters
-from runtime import equality, objects
+from runtime import equality, objects, quantity
 from tests.unit import helpers
 
 Obj = dict[str, Any]
@@ -110,6 +110,37 @@ def test_hash_is_deterministic_and_ignores_key_order() -> None:
         == clusters.spec_hash(copy.deepcopy(a))
         == clusters.spec_hash(reordered)
     )
+
+
+def test_hash_is_remembered_by_content_not_by_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass asks for the same hashes again and again: an unchanged config is hashed
+    once; a config changed in place (the cache's objects are shared) is hashed anew."""
+    monkeypatch.setattr(clusters, "_memo", type(clusters._memo)())
+    computed: list[Any] = []
+    real = clusters._for_hashing
+    monkeypatch.setattr(
+        clusters, "_for_hashing", lambda *a, **k: computed.append(a) or real(*a, **k)
+    )
+    a = config()
+    first = clusters.spec_hash(a)
+    assert clusters.spec_hash(a) == clusters.spec_hash(copy.deepcopy(a)) == first
+    assert len(computed) == 1
+    a["rayVersion"] = "9.9.9"
+    assert clusters.spec_hash(a) != first
+    assert clusters.spec_hash(a, legacy=True) != first
+    assert len(computed) == 3
+    with_quantity = {"q": quantity.parse("1")}  # not plain JSON: not remembered
+    clusters.spec_hash(with_quantity)
+    clusters.spec_hash(with_quantity)
+    assert len(computed) == 5
+
+
+def test_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clusters, "_memo", type(clusters._memo)())
+    monkeypatch.setattr(clusters, "_MEMO_SIZE", 3)
+    for version in range(5):
+        clusters.spec_hash({"rayVersion": f"2.{version}.0"})
+    assert len(clusters._memo) == 3
 
 
 @pytest.mark.parametrize(
