@@ -118,17 +118,50 @@ def _label_indexer(key: str) -> Indexer:
 
 
 def intern_strings(value: Any) -> Any:
-    """A copy of a decoded JSON value with interned keys and short repeated strings."""
+    """A copy of a decoded JSON value with interned keys and short repeated strings.
+
+    (Decoded JSON holds exactly ``dict``, ``list``, ``str``, numbers, booleans and None:
+    exact type checks, and scalars handled without a call, keep this cheap; it runs on
+    every object every watch event brings.)
+
+    >>> intern_strings({"a": ["x", 1, {"b": None}], "uid": "u"})
+    {'a': ['x', 1, {'b': None}], 'uid': 'u'}
+    """
+    kind = type(value)
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            t = type(v)
+            if t is str:
+                out[_intern(k)] = v if (k in _UNIQUE_VALUES or len(v) > _INTERN_MAX) else _intern(v)
+            elif t is dict or t is list:
+                out[_intern(k)] = v if k in _UNIQUE_VALUES else intern_strings(v)
+            else:
+                out[_intern(k)] = v
+        return out
+    if kind is list:
+        return [
+            (_intern(v) if len(v) <= _INTERN_MAX else v) if type(v) is str
+            else intern_strings(v) if type(v) is dict or type(v) is list
+            else v
+            for v in value
+        ]  # fmt: skip
+    if kind is str and len(value) <= _INTERN_MAX:
+        return _intern(value)
+    if kind is not str and isinstance(value, (dict, list, str)):  # a subclass: the slow way
+        return _intern_slow(value)
+    return value
+
+
+_intern = sys.intern
+
+
+def _intern_slow(value: Any) -> Any:
     if isinstance(value, dict):
-        return {
-            sys.intern(k): (v if k in _UNIQUE_VALUES else intern_strings(v))
-            for k, v in value.items()
-        }
+        return {_intern(str(k)): intern_strings(v) for k, v in value.items()}
     if isinstance(value, list):
         return [intern_strings(v) for v in value]
-    if isinstance(value, str) and len(value) <= _INTERN_MAX:
-        return sys.intern(value)
-    return value
+    return _intern(str(value)) if len(value) <= _INTERN_MAX else value
 
 
 def default_transform(obj: Obj) -> Obj:

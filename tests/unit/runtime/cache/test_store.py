@@ -64,6 +64,27 @@ def test_default_transform_drops_managed_fields_and_interns() -> None:
     assert a["metadata"]["labels"]["tier"] is b["metadata"]["labels"]["tier"]
 
 
+def test_intern_strings_keeps_values_and_shares_only_short_repeated_ones() -> None:
+    def fresh(text: str) -> str:
+        return "".join(list(text))  # an equal string that is not the interned one
+
+    long = "x" * (store_._INTERN_MAX + 1)
+    spec = [fresh("web"), 1, 2.5, True, None, [fresh("web")], {fresh("k"): fresh("web")}]
+    value = {
+        fresh("spec"): spec,
+        "uid": fresh("web"), "name": {"nested": fresh("web")}, "long": fresh(long),
+    }  # fmt: skip
+    copied = store_.intern_strings(value)
+    assert copied == value
+    assert copied is not value
+    web = copied["spec"][0]
+    assert web is copied["spec"][5][0] is copied["spec"][6]["k"]  # shared
+    assert copied["uid"] is value["uid"], "unique-valued keys are left alone"
+    assert copied["name"] is value["name"], "...whatever their value"
+    assert copied["long"] is value["long"], "long strings are not interned"
+    assert [type(v) for v in copied["spec"][1:5]] == [int, float, bool, type(None)]
+
+
 def test_debug_mode_detects_in_place_mutation() -> None:
     store = store_.Store(debug=True)
     cached, _ = store.upsert(obj("a", labels={"x": "1"}))
