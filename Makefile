@@ -138,13 +138,15 @@ manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (fr
 	$(PY) hack/gen_manifests.py
 	$(PY) hack/gen_rbac_overlay.py
 
-# Issue 15: ours vs KubeRay v1.5.0 (N = 1, 50, 200 RayServices) and ours vs Kopf, one run;
-# writes hack/bench/results/<date>.json and the README table. The full run takes hours
-# (15 min of steady state per operator and N); BENCH_COMPARE_FLAGS="--steady-seconds 120
-# --services 1,50" is a shorter one.
+# Ours vs KubeRay v1.7.0 (N = 1, 200 and 1,000 RayServices, head-only at 1,000) and ours vs
+# Kopf, one run; writes hack/bench/results/<date>.json and the README table. KubeRay v1.7.0
+# is built once from a KubeRay checkout: KUBERAY_SOURCE=<checkout> (the Go module proxy
+# serves up to v1.5.0: BENCH_COMPARE_FLAGS="--kuberay-version v1.5.0" needs none). The full
+# run takes hours (15 min of steady state per operator and N); BENCH_COMPARE_FLAGS=
+# "--steady-seconds 60" is the README's.
 BENCH_COMPARE_FLAGS ?=
 .PHONY: bench-compare
-bench-compare: $(STAMP) controlplane ## Ours vs KubeRay v1.5.0 and vs Kopf on one control plane; results JSON + README table
+bench-compare: $(STAMP) controlplane ## Ours vs KubeRay v1.7.0 and vs Kopf on one control plane; results JSON + README table
 	$(PY) hack/bench/results.py --readme $(BENCH_COMPARE_FLAGS)
 
 .PHONY: bench

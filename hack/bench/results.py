@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""``make bench-compare``: both comparisons of issue 15 in one run, written down.
+"""``make bench-compare``: both side-by-side comparisons in one run, written down.
 
 Runs, one after the other (never two at once; each on fresh control planes):
 
 1. ``hack/bench/compare.py --services N`` for each ``N`` of ``--services`` (default
-   ``1,50,200``): our operator and KubeRay v1.5.0 (built from its Go module on first
-   use, cached) on the same RayService workload;
+   ``1,200,1000``; from ``--head-only-from`` on, default 1,000, head-only RayServices):
+   our operator and KubeRay ``--kuberay-version`` (default v1.7.0, built once from the
+   checkout ``$KUBERAY_SOURCE`` names; v1.5.0 from its Go module) on the same
+   RayService workload;
 2. ``hack/bench/frameworks.py --objects M`` (default 2000): the same small controller on
    our framework and on Kopf (installed by ``hack/peers/kopf.sh``, cached).
 
 It keeps each benchmark's last JSON line and writes ``--out`` (default
 ``hack/bench/results/<UTC date>.json``)::
 
-    {"scenarios": {"n1": {"ours": F, "kuberay": F}, "n50": ..., "n200": ...},
+    {"scenarios": {"n1": {"ours": F, "kuberay": F}, "n200": ..., "n1000": ...},
      "frameworks": {"ours": G, "kopf": G},
-     "run": {"command": ..., "steady_seconds": ..., "rounds": ..., "started": ...}}
+     "run": {"command": ..., "steady_seconds": ..., "rounds": ..., "kuberay_version": ...,
+             "head_only_from": ..., "started": ...}}
 
 where ``F`` holds exactly :data:`SCENARIO_FIGURES` (medians over ``--rounds``) and ``G``
 exactly :data:`FRAMEWORK_FIGURES`. It prints the Markdown table (:func:`table`) and, with
