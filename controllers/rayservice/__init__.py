@@ -15,7 +15,11 @@ changes to its spec, labels or annotations (not on its own status writes), on an
 change to the RayClusters and Services it controls, and on the EndpointSlices of
 its services (they carry the RayService's ``ray.io/originated-from-*`` labels,
 copied from the Service by the EndpointSlice controller; a per-cluster serve Service's
-name the cluster, ``<svc>-<5 characters>``, whose RayService is asked too). With
+name the cluster, ``<svc>-<5 characters>``, whose RayService is asked too), and on its
+clusters' head pods turning ready or not (:func:`head_pod_owner`,
+:func:`head_readiness_changed`: the pod informer the RayCluster controller has anyway, so
+no API traffic; the Serve config goes to a head as soon as it is ready, not after the
+RayCluster controller's next status write). With
 ``Options.gateway_api`` (:func:`gateway_api_served`) it also watches the Gateways and
 HTTPRoutes it controls (KubeRay v1.7.0 polls them every 2 s instead), so a gateway
 controller accepting them wakes the upgrade. The Ray dashboard sends
@@ -31,6 +35,7 @@ from typing import Any
 import api.v1 as v1
 from controllers import rbac
 from controllers.ray import dashboard
+from controllers.raycluster import interface as raycluster
 from controllers.rayservice import clusters, gateway, services
 from controllers.rayservice import reconciler as reconciler_
 from runtime import builder, handler, predicate, reconcile
@@ -43,6 +48,8 @@ __all__ = [
     "RBAC",
     "RECORDER",
     "gateway_api_served",
+    "head_pod_owner",
+    "head_readiness_changed",
     "rate_limiter",
     "serve_endpoint_owner",
     "setup",
@@ -76,6 +83,59 @@ def serve_endpoint_owner(obj: dict[str, Any]) -> Iterator[reconcile.Request]:
         stem, _, suffix = str(owner).rpartition("-")
         if stem and len(suffix) == 5:  # a per-cluster serve Service: <svc>-<5 characters>
             yield reconcile.Request(meta.get("namespace") or "", stem)
+
+
+def head_readiness_changed(event: Any) -> bool:
+    """A head pod (``ray.io/node-type: head``) came, went, or changed readiness (phase,
+    ``Ready`` condition or IP): what the RayService waits for before it talks to Serve.
+
+    >>> from runtime.cache.informer import Event
+    >>> head = {"metadata": {"labels": {"ray.io/node-type": "head"}}, "status": {}}
+    >>> ready = {**head, "status": {"phase": "Running", "podIP": "198.18.1.2",
+    ...          "conditions": [{"type": "Ready", "status": "True"}]}}
+    >>> head_readiness_changed(Event("update", ready, head))
+    True
+    >>> head_readiness_changed(Event("update", {**ready, "spec": {"x": 1}}, ready))
+    False
+    >>> worker = {"metadata": {"labels": {"ray.io/node-type": "worker"}}}
+    >>> head_readiness_changed(Event("add", worker))
+    False
+    """
+    labels = event.obj["metadata"].get("labels") or {}
+    if labels.get(raycluster.NODE_TYPE_LABEL) != "head":
+        return False
+    if event.type != "update" or event.old is None:
+        return True
+    return _readiness(event.obj) != _readiness(event.old)
+
+
+def _readiness(pod: dict[str, Any]) -> tuple[Any, ...]:
+    status = pod.get("status") or {}
+    ready = next(
+        (c.get("status") for c in status.get("conditions") or () if c.get("type") == "Ready"),
+        None,
+    )
+    return status.get("phase"), ready, status.get("podIP"), pod["metadata"].get("deletionTimestamp")
+
+
+def head_pod_owner(cache: Any) -> Any:
+    """A map from a head pod to the RayService that controls its RayCluster (read from
+    ``cache``'s RayClusters, no request): the pod's ``ray.io/cluster`` label names the
+    cluster, the cluster's controller owner reference the RayService."""
+    clusters_informer = cache.informer(v1.RAYCLUSTERS)
+
+    def owner(pod: dict[str, Any]) -> Iterator[reconcile.Request]:
+        meta = pod["metadata"]
+        namespace = meta.get("namespace") or ""
+        name = (meta.get("labels") or {}).get(raycluster.CLUSTER_LABEL)
+        if not name:
+            return
+        cluster = clusters_informer.store.get(f"{namespace}/{name}")
+        for ref in ((cluster or {}).get("metadata") or {}).get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("kind") == v1.RAYSERVICES.kind:
+                yield reconcile.Request(namespace, str(ref.get("name")))
+
+    return owner
 
 
 async def gateway_api_served(client: Any) -> bool:
@@ -122,6 +182,11 @@ def setup(
         .owns(v1.RAYCLUSTERS)
         .owns(services.SERVICES)
         .watches(services.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))
+        .watches(
+            raycluster.PODS,
+            handler.map_to(head_pod_owner(manager.cache)),
+            predicates=(head_readiness_changed,),
+        )
     )
     if reconciler.options.gateway_api:
         for resource in (gateway.GATEWAYS, gateway.HTTPROUTES):
