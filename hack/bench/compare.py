@@ -234,6 +234,7 @@ def start_operator(
     return _common.Manager.ours(kubeconfig, work, [
         "--use-kubernetes-proxy", "--log-level", args.manager_log_level, "--log-format", "json",
         "--leader-elect=false",  # as KubeRay above: no Lease writes in either's counts
+        *args.ours_flag,
     ], profile=profile)  # fmt: skip
 
 
@@ -435,6 +436,9 @@ async def run_one(args: argparse.Namespace, operator: str, result: dict[str, Any
         result["timeline_p50_s"] = {
             event: row["p50"] for event, row in result["detail"]["timeline"].items()
         }
+        result["detail"]["upgrade_timeline"] = timeline(
+            audit_log, operator, windows["upgrade"], result.pop("upgraded_at"), start="update"
+        )
         if args.profile and operator == "ours":
             prof = args.profile / f"ours-n{count}.prof"
             if prof.exists():
@@ -511,6 +515,7 @@ async def scenario(
 
         # -- upgrade -----------------------------------------------------------------------
         upgrade_started = time.monotonic()
+        upgrade_from = now()
         for s in (await client.list(v1.RAYSERVICES, None, label_selector=selector)).items:
             changed = copy.deepcopy(s)
             changed["spec"]["rayClusterConfig"]["rayVersion"] = "2.61.0"
@@ -526,10 +531,15 @@ async def scenario(
             new = rayservice_bench.active(s)
             return rayservice_bench.ready(s) and new not in ("", old) and (key[0], old) not in names
 
+        seen = {}
         upgrade_s = await rayservice_bench.wait_until(
             client, process, count, args.upgrade_timeout, upgrade_started,
-            "upgraded (Ready on a new cluster, the old one deleted)", upgraded,
+            "upgraded (Ready on a new cluster, the old one deleted)", upgraded, seen,
         )  # fmt: skip
+        result["upgraded_at"] = {
+            key: upgrade_from + datetime.timedelta(seconds=at) for key, at in seen.items()
+        }
+        windows["upgrade"] = (upgrade_from, now())
         result["time_to_upgraded_s"] = round(upgrade_s, 2)
         log(f"{operator}: all {count} upgraded in {upgrade_s:.1f} s; "
             f"settling {args.settle_seconds} s")  # fmt: skip
@@ -611,15 +621,18 @@ async def gone(
 
 TIMELINE_EVENTS = (
     "cluster_created", "head_pod_bound", "head_pod_running", "head_svc_created",
-    "first_serve_put", "serve_svc_created", "first_status_write", "last_status_write",
-    "ready_seen",
+    "first_serve_put", "serve_svc_created", "cluster_annotated", "services_updated",
+    "old_cluster_deleted", "first_status_write", "last_status_write", "ready_seen",
 )  # fmt: skip
 """Per RayService, in the start-up window, seconds after the benchmark's create answered:
 the operator's first RayCluster create; the scheduler's binding and kwok's first status
 patch of the head pod; the operator's first create of a head Service, first Serve PUT
 (``services/proxy`` or ``pods/proxy``), create of ``<name>-serve-svc``, first and last
 RayService status write before Ready was seen; the benchmark's first poll that saw it
-Ready (all applications RUNNING and endpoints)."""
+Ready (all applications RUNNING and endpoints). In the upgrade (``upgrade_timeline``),
+from the benchmark's spec update: the same, and the operator's first RayCluster patch
+(an annotation), Service update (traffic moved) and RayCluster delete; ``ready_seen`` is
+then the first poll that saw it upgraded."""
 
 _SERVICE_NAME = re.compile(r"^(bench-\d+)(?:-|$)")
 
@@ -629,10 +642,12 @@ def timeline(
     operator: str,
     window: tuple[datetime.datetime, datetime.datetime],
     ready_at: Mapping[tuple[str, str], datetime.datetime],
+    start: str = "create",
 ) -> dict[str, dict[str, float]]:
     """Where each RayService's start-up time went (:data:`TIMELINE_EVENTS`), from the audit
     log: per event the median (``p50``), ``p90`` and ``max`` over the services of its
-    seconds after the service was created, and ``n``, the services that had it."""
+    seconds after the service was created (``start="update"``: after the benchmark's update
+    of it), and ``n``, the services that had it."""
     who = OPERATOR_USER_AGENTS[operator]
     created: dict[tuple[str, str], datetime.datetime] = {}
     first: dict[str, dict[tuple[str, str], datetime.datetime]] = {e: {} for e in TIMELINE_EVENTS}
@@ -659,7 +674,7 @@ def timeline(
             client = str(event.get("userAgent") or "-").split("/")[0].split(" ")[0]
             what = (event.get("verb"), ref.get("resource"), ref.get("subresource") or "")
             if client == BENCH_USER_AGENT.split("/")[0]:
-                if what == ("create", "rayservices", ""):
+                if what == (start, "rayservices", ""):
                     created.setdefault(key, at)
             elif client == who:
                 if what == ("create", "rayclusters", ""):
@@ -670,6 +685,12 @@ def timeline(
                     mark("serve_svc_created", key, at)
                 elif what[0] == "update" and (what[1], what[2]) in PROXY_SUBRESOURCES:
                     mark("first_serve_put", key, at)
+                elif what == ("patch", "rayclusters", ""):
+                    mark("cluster_annotated", key, at)
+                elif what == ("update", "services", ""):
+                    mark("services_updated", key, at)
+                elif what == ("delete", "rayclusters", ""):
+                    mark("old_cluster_deleted", key, at)
                 elif (what[1:] == ("rayservices", "status") and what[0] in ("update", "patch")
                       and (key not in ready_at or at <= ready_at[key])):  # fmt: skip
                     mark("first_status_write", key, at)
@@ -800,6 +821,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run our manager under cProfile, its output in DIR/ours-n<N>.prof, its top "
         "functions in the report's detail",
+    )
+    parser.add_argument(
+        "--ours-flag",
+        action="append",
+        default=[],
+        help="one more flag for rayservice-manager (repeatable; e.g. --ours-flag=--qps=200)",
     )
     parser.add_argument(
         "--kuberay-version",

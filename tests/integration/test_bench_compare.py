@@ -66,10 +66,18 @@ def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
         assert run["writes_per_svc"] == run["writes_all"], "one service: all its writes"
         # The start-up timeline: every step seen once, in the order it must happen.
         line = run["detail"]["timeline"]
-        assert {e: row["n"] for e, row in line.items()} == dict.fromkeys(
-            ("cluster_created", "head_pod_bound", "head_pod_running", "head_svc_created",
-             "first_serve_put", "serve_svc_created", "first_status_write",
-             "last_status_write", "ready_seen"), 1), line  # fmt: skip
+        steps = ("cluster_created", "head_pod_bound", "head_pod_running", "head_svc_created",
+                 "first_serve_put", "serve_svc_created", "first_status_write",
+                 "last_status_write", "ready_seen")  # fmt: skip
+        assert {e: line[e]["n"] for e in steps if e in line} == dict.fromkeys(steps, 1), line
+        assert "old_cluster_deleted" not in line, "nothing is deleted while starting"
+        # ... and the upgrade's: a new cluster, traffic moved, the old one deleted.
+        up = run["detail"]["upgrade_timeline"]
+        for step in ("cluster_created", "first_serve_put", "services_updated",
+                     "old_cluster_deleted", "ready_seen"):  # fmt: skip
+            assert up.get(step, {}).get("n") == 1, (step, up)
+        assert up["cluster_created"]["p50"] <= up["services_updated"]["p50"], up
+        assert up["services_updated"]["p50"] <= up["old_cluster_deleted"]["p50"], up
         p50 = run["timeline_p50_s"]
         assert 0 <= p50["cluster_created"] <= p50["head_pod_bound"] <= p50["head_pod_running"]
         assert p50["head_pod_running"] <= p50["first_serve_put"] <= p50["ready_seen"], p50
