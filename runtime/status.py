@@ -18,7 +18,11 @@ the end of a pass. It decides, in order:
    copy of the **same generation** is the base of the write instead (its
    resourceVersion, and step 1 against its status), so a metadata change elsewhere
    costs no 409; a newer generation means the status is stale: ``STALE`` at once,
-   without a request (the change's own watch event has queued the next pass).
+   without a request (the change's own watch event has queued the next pass). The
+   lookup and the write are made in the client's write turn for the object
+   (:meth:`runtime.client.client.Client.writing`), so a write of this process to the
+   same object (another controller's annotation) is either answered, and in the
+   cache, before the lookup, or sent after this write: never a 409 between them.
 3. On **409 Conflict**, re-read the object from the API server (not the cache,
    which may be what is stale) and:
 
@@ -73,6 +77,7 @@ Semantic equality is :mod:`runtime.equality`; what the server changes is learned
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -180,6 +185,24 @@ class StatusWriter:
 
         ``obj`` is not modified (it may be a read-only cached object).
         """
+        async with self._turn(obj):
+            return await self._update(obj, new_status)
+
+    def _turn(self, obj: Obj) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The client's write turn for ``obj`` (:meth:`runtime.client.client.Client.writing`),
+        held from reading the newest copy to the answer: another writer of this process
+        (an annotation, a finalizer) is not sent meanwhile, so it cannot make this write a
+        409. A client without turns (a fake) has none."""
+        writing = getattr(self.client, "writing", None)
+        if writing is None:
+            return contextlib.nullcontext()
+        meta = obj.get("metadata", {})
+        turn: contextlib.AbstractAsyncContextManager[Any] = writing(
+            self.client.resource_for(obj), meta.get("namespace"), meta["name"]
+        )
+        return turn
+
+    async def _update(self, obj: Obj, new_status: Mapping[str, Any]) -> WriteResult:
         kind = str(obj.get("kind", ""))
         type_key = (str(obj.get("apiVersion", "")), kind)
         generation = obj.get("metadata", {}).get("generation")

@@ -48,6 +48,14 @@ Contract:
   credentials, with no retry and no error mapping, answering status and bytes; for
   subresources whose answers are not Kubernetes objects (``services/<svc>:<port>/proxy``,
   ``pods/<pod>:<port>/proxy``).
+- **One write per object at a time**: in one client, updates, patches and deletes of
+  the same object (``resource``, namespace, name; any subresource) are made one after
+  the other, never overlapping (:meth:`Client.writing`; a task already inside it for
+  that object goes on). Two controllers of one manager writing the same object (one its
+  status, the other an annotation) then never race each other into a 409: the second
+  waits for the first's answer, which the write observers have given the cache, so a
+  status writer that reads the newest copy inside :meth:`Client.writing` writes on the
+  right ``resourceVersion``. Different objects are never held up.
 - Counts ``rest_client_requests_total{code,method,host}`` like client-go.
 """
 
@@ -55,6 +63,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import contextvars
 import dataclasses
 import io
 import json
@@ -62,6 +72,7 @@ import os
 import pathlib
 import ssl
 import urllib.parse
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal
 
@@ -206,6 +217,16 @@ class _Retryable(Exception):
         self.error = error
 
 
+ObjectKey = tuple[str, str, str]
+"""(resource's plural with its group, namespace or "", name): what :meth:`Client.writing`
+serialises on."""
+
+_held: contextvars.ContextVar[frozenset[ObjectKey]] = contextvars.ContextVar(
+    "runtime_client_writing", default=frozenset()
+)
+"""The objects the current task is writing (inside :meth:`Client.writing`)."""
+
+
 class Client:
     """See the module docstring. Create with :meth:`from_kubeconfig`, :meth:`in_cluster`
     or :meth:`from_configuration`; close with :meth:`close` (or ``async with``)."""
@@ -230,6 +251,9 @@ class Client:
         )
         self._write_observers: list[WriteObserver] = []
         self._delete_observers: list[DeleteObserver] = []
+        self._writing: weakref.WeakValueDictionary[ObjectKey, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     # -- construction ------------------------------------------------------------------------
 
@@ -547,6 +571,27 @@ class Client:
             if not token:
                 return ListResult(items, list_rv)
 
+    @contextlib.asynccontextmanager
+    async def writing(
+        self, resource: resources.Resource, namespace: str | None, name: str
+    ) -> AsyncIterator[None]:
+        """Hold the object's write turn (see the module docstring): writes to it from
+        other tasks wait until this block ends; this task's own go on."""
+        key = (f"{resource.plural}.{resource.group}", namespace or "", name)
+        held = _held.get()
+        if key in held:
+            yield
+            return
+        lock = self._writing.get(key)
+        if lock is None:
+            lock = self._writing[key] = asyncio.Lock()
+        async with lock:
+            token = _held.set(held | {key})
+            try:
+                yield
+            finally:
+                _held.reset(token)
+
     async def create(self, obj: Obj, *, namespace: str | None = None) -> Obj:
         resource = self.resource_for(obj)
         ns = namespace or obj.get("metadata", {}).get("namespace")
@@ -557,13 +602,14 @@ class Client:
         """PUT the object; its ``metadata.resourceVersion`` makes the write conditional."""
         resource = self.resource_for(obj)
         meta = obj["metadata"]
-        updated = await self.request(
-            "PUT",
-            resource.path(meta.get("namespace"), meta["name"], subresource),
-            query=self._manager(),
-            body=obj,
-        )
-        return self._observe_write(updated)
+        async with self.writing(resource, meta.get("namespace"), meta["name"]):
+            updated = await self.request(
+                "PUT",
+                resource.path(meta.get("namespace"), meta["name"], subresource),
+                query=self._manager(),
+                body=obj,
+            )
+            return self._observe_write(updated)
 
     async def update_status(self, obj: Obj) -> Obj:
         """PUT the status subresource (spec changes in ``obj`` are ignored by the server)."""
@@ -586,14 +632,15 @@ class Client:
         query = self._manager()
         if patch_type == "apply" and force:
             query["force"] = "true"
-        patched = await self.request(
-            "PATCH",
-            resource.path(namespace, name, subresource),
-            query=query,
-            body=patch,
-            content_type=_PATCH_CONTENT_TYPES[patch_type],
-        )
-        return self._observe_write(patched)
+        async with self.writing(resource, namespace, name):
+            patched = await self.request(
+                "PATCH",
+                resource.path(namespace, name, subresource),
+                query=query,
+                body=patch,
+                content_type=_PATCH_CONTENT_TYPES[patch_type],
+            )
+            return self._observe_write(patched)
 
     async def delete(
         self,
@@ -617,11 +664,12 @@ class Client:
         }
         if preconditions:
             options["preconditions"] = preconditions
-        result: Obj | None = await self.request(
-            "DELETE", resource.path(namespace, name), body=options
-        )
-        self._observe_delete(resource, namespace, name, result)
-        return result
+        async with self.writing(resource, namespace, name):
+            result: Obj | None = await self.request(
+                "DELETE", resource.path(namespace, name), body=options
+            )
+            self._observe_delete(resource, namespace, name, result)
+            return result
 
     async def watch(
         self,

@@ -194,6 +194,37 @@ async def test_two_concurrent_status_writers(client: client_.Client, namespace: 
     assert final == winner.obj["status"], "the last writer's full status is what stands"
 
 
+async def test_a_status_write_and_another_controllers_patch_of_one_object_never_conflict(
+    control_plane: controlplane.ControlPlane, client: client_.Client, namespace: str
+) -> None:
+    """Two controllers of one manager, one writing a Widget's status from the cache, the
+    other patching its annotations at the same moment (KubeRay's RayCluster status and
+    the RayService's annotation): the client's write turns make them take turns, and the
+    status writer reads the newest copy in its turn, so no write is answered 409."""
+    cache = cache_.Cache(client, namespace=namespace)
+    try:
+        await client.create(widget("w5", namespace))
+        await helpers.eventually(lambda: _get_or_none(cache, namespace, "w5"), 30, "w5 cached")
+        writer = status.StatusWriter(client, latest=cache)
+        before = _widget_conflicts(control_plane)
+        outcomes = []
+        for i in range(20):
+            seen = await cache.get(helpers.WIDGETS, namespace, "w5")  # the pass's read
+            _, written = await asyncio.gather(  # the patch is sent first, then the status
+                client.patch(helpers.WIDGETS, namespace, "w5",
+                             {"metadata": {"annotations": {"round": str(i)}}}),
+                writer.update(seen, {"phase": f"round-{i}"}),
+            )  # fmt: skip
+            outcomes.append(written.outcome)
+        assert set(outcomes) == {status.Outcome.WRITTEN}, outcomes
+        assert _widget_conflicts(control_plane) == before
+        final = await client.get(helpers.WIDGETS, namespace, "w5")
+        assert final["status"] == {"phase": "round-19"}
+        assert final["metadata"]["annotations"]["round"] == "19"
+    finally:
+        await cache.stop()
+
+
 async def test_concurrent_writer_after_a_spec_change_reports_stale(
     client: client_.Client, namespace: str
 ) -> None:
@@ -244,3 +275,14 @@ async def _get_or_none(cache: cache_.Cache, namespace: str, name: str) -> dict[s
         return await cache.get(helpers.WIDGETS, namespace, name)
     except errors.NotFound:
         return None
+
+
+def _widget_conflicts(control_plane: controlplane.ControlPlane) -> float:
+    """Widget requests kube-apiserver answered 409, from its ``/metrics``."""
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in control_plane.metrics().splitlines()
+        if line.startswith("apiserver_request_total{")
+        and 'resource="widgets"' in line
+        and 'code="409"' in line
+    )

@@ -330,3 +330,47 @@ async def test_large_bodies_are_sent_without_warnings(
            "data": {"k": "x" * (1536 * 1024)}}  # fmt: skip
     await client.create(big, namespace="ns")
     assert json.loads(srv.requests[0][3]) == big
+
+
+async def test_writes_to_one_object_take_turns_and_other_objects_do_not_wait() -> None:
+    """Overlapping writes to the same object are sent one after the other (the second
+    after the first's answer); another object's write is not held up; a task inside
+    its own turn writes on."""
+    arrived: list[str] = []
+    release: dict[str, asyncio.Event] = {}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        name = request.path.rsplit("/", 1)[-1] if "/status" not in request.path else "a/status"
+        arrived.append(f"{request.method} {name}")
+        gate = release.setdefault(f"{request.method} {name}", asyncio.Event())
+        await gate.wait()
+        return web.json_response({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "a", "namespace": "ns"}})  # fmt: skip
+
+    def cm(name: str) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "ns", "resourceVersion": "1"}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+    async with helpers.api_server(handle) as client:
+        put = asyncio.create_task(client.update(cm("a")))
+        await helpers.eventually(lambda: arrived == ["PUT a"])
+        patch = asyncio.create_task(client.patch(CM, "ns", "a", {"data": {"x": "1"}}))
+        other = asyncio.create_task(client.patch(CM, "ns", "b", {"data": {"x": "1"}}))
+        await helpers.eventually(lambda: arrived == ["PUT a", "PATCH b"])
+        await asyncio.sleep(0.05)
+        assert arrived == ["PUT a", "PATCH b"], "the second write to a waits for the first"
+        release.setdefault("PATCH b", asyncio.Event()).set()
+        await other
+        release["PUT a"].set()
+        await put
+        await helpers.eventually(lambda: arrived[-1] == "PATCH a")
+        release.setdefault("PATCH a", asyncio.Event()).set()
+        await patch
+
+        async def nested() -> None:  # a status writer inside its turn writes on
+            async with client.writing(CM, "ns", "a"):
+                await client.update(cm("a"), subresource="status")
+
+        release.setdefault("PUT a/status", asyncio.Event()).set()
+        await asyncio.wait_for(nested(), 5)
+        assert arrived[-1] == "PUT a/status"
