@@ -11,13 +11,15 @@ reads the cluster's annotations and the Services again and carries on):
    a create that finds the name taken leaves it to the watch); then, in a suspend,
    the RayService's Services;
 3. the per-cluster serve Services of an incremental upgrade (created, never updated);
-   the Serve config PUT, then its hash annotation (a crash between them is caught by the
-   next pass, which sees the dashboard runs that config), then an incremental upgrade's
-   ``target_capacity`` PUT (``UpdatedServeTargetCapacity``), then the head pod's
-   ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then), and
-   during an upgrade the serving cluster's head pod's. A PUT
-   that fails writes the status with Serve's answer and raises (a timed-out PUT quietly:
-   Ray may still be deploying it);
+   the Serve config PUT, then at once a read of Serve's applications (the status reports
+   what Serve runs after the PUT, not before it: one write, not a second one the next
+   poll makes to correct it) and its hash annotation (a crash between the PUT and the
+   annotation is caught by the next pass, which sees the dashboard runs that config),
+   then an incremental upgrade's ``target_capacity`` PUT
+   (``UpdatedServeTargetCapacity``), then the head pod's ``ray.io/serve`` label (after a
+   PUT, from what the Serve proxy answers then), and during an upgrade the serving
+   cluster's head pod's. A PUT that fails writes the status with Serve's answer and
+   raises (a timed-out PUT quietly: Ray may still be deploying it);
 4. an incremental upgrade's Gateway, then its HTTPRoute (created, or updated when a
    field the operator manages differs: the weights move traffic; the route is written
    before the status that reports them, so a crash between the two is reported by the
@@ -32,6 +34,7 @@ reads the cluster's annotations and the Services again and carries on):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
@@ -68,6 +71,7 @@ class Executor:
             self.recorder.event(
                 service, event.type, event.reason, event.message, action=event.action
             )
+        status = plan.status
         for op in plan.clusters:
             await self._cluster(service, op)
         for gone in plan.delete_services:
@@ -81,7 +85,20 @@ class Executor:
             if refused is not None:
                 await self.write(service, plan.refused(refused.refusal))
                 raise refused
-        if plan.serve_annotation is not None:
+            # Serve's applications after the PUT, and the hash annotation: both only
+            # after the PUT, neither after the other, so at once (one round trip less in
+            # a pass that a user's next change may race).
+            started = time.monotonic()
+            reread = asyncio.ensure_future(self._reread(plan.submit, plan))
+            try:
+                if plan.serve_annotation is not None:
+                    await self._annotate(plan.serve_annotation)
+            except BaseException:
+                reread.cancel()
+                raise
+            status = await reread
+            spent += time.monotonic() - started
+        elif plan.serve_annotation is not None:
             await self._annotate(plan.serve_annotation)
         if plan.capacity is not None:
             started = time.monotonic()
@@ -104,8 +121,8 @@ class Executor:
             self.recorder.event(
                 service, "Normal", "SwitchedTraffic", plan.switched, action="Update"
             )
-        if plan.status is not None:
-            await self.write(service, plan.status)
+        if status is not None:
+            await self.write(service, status)
         if plan.error is not None:
             raise plan.error
         return plan.requeue_after(spent)
@@ -172,6 +189,16 @@ class Executor:
                 service, "Normal", "CreatedRayCluster", f"Created RayCluster {name}",
                 action="Create",
             )  # fmt: skip
+
+    async def _reread(self, submit: plan_.Submit, plan: plan_.Plan) -> Obj | None:
+        """The status to report after a successful PUT: from the applications Serve
+        reports now (:meth:`~controllers.rayservice.plan.Plan.submitted`); the plan's
+        own when Serve cannot be read (the next poll will)."""
+        try:
+            details = await submit.client.get_serve_applications()
+        except dashboard.DashboardError:
+            return plan.status
+        return plan.submitted(details)
 
     async def _submit(
         self, service: Obj, submit: plan_.Submit, *, ok: tuple[str, str | None] | None = None
