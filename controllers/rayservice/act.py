@@ -26,8 +26,11 @@ reads the cluster's annotations and the Services again and carries on):
    next pass from the route itself); the old active cluster's ``delete-after``,
    **before** traffic leaves it; then the head Service and the serve Service, and
    ``SwitchedTraffic``;
-5. the status, through the status writer (no write when nothing changed; a spec
-   changed meanwhile raises, to compute again);
+5. the status, through the status writer (no write when nothing changed). A spec
+   changed meanwhile ends the pass there, quietly and without a retry: the status was
+   computed for the old spec, and the change's own watch event has queued (or will
+   queue) the pass that computes it again - an error would add a second, backed-off
+   pass and an error log per change to a RayService that is being edited;
 6. the plan's error, if any (the work queue retries with backoff, or never for a
    :class:`~runtime.reconcile.TerminalError`).
 """
@@ -121,17 +124,17 @@ class Executor:
             self.recorder.event(
                 service, "Normal", "SwitchedTraffic", plan.switched, action="Update"
             )
-        if status is not None:
-            await self.write(service, status)
+        if status is not None and not await self.write(service, status):
+            return None  # the spec changed meanwhile: its own watch event brings the next pass
         if plan.error is not None:
             raise plan.error
         return plan.requeue_after(spent)
 
-    async def write(self, service: Obj, status: Mapping[str, Any]) -> None:
-        """Hand ``status`` to the status writer; a spec changed meanwhile raises."""
+    async def write(self, service: Obj, status: Mapping[str, Any]) -> bool:
+        """Hand ``status`` to the status writer; False when the spec changed meanwhile
+        (the status is stale and was not written)."""
         result = await self.writer.update(service, status)
-        if result.outcome is status_writer.Outcome.STALE:
-            raise RuntimeError("the RayService changed while its status was computed; again")
+        return result.outcome is not status_writer.Outcome.STALE
 
     async def delete(self, service: Obj, cluster: Obj, why: str) -> None:
         """Delete ``cluster`` (by uid) in the background; an Event when it was there."""

@@ -1,10 +1,12 @@
 """A RayService whose ``serveConfigV2`` keeps changing (issue 25, item 5, "Churn"): one
-status write per change, reporting what Serve runs after the PUT."""
+status write per change, reporting what Serve runs after the PUT, and a change that lands
+while a pass runs ends that pass quietly (no write bound to conflict, no error, no retry)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from runtime import reconcile
 from tests.unit.controllers.rayservice import scenario
 
 Env = scenario.Env
@@ -45,3 +47,28 @@ async def test_a_config_change_is_reported_once_with_what_serve_runs_after_the_p
     await env.reconcile()
     assert apps(await env.service()) == {"fruit": "RUNNING", "math": "RUNNING"}
     assert env.fake(name).put_count == 4
+
+
+async def test_a_change_landing_during_the_pass_ends_it_quietly(env: Env) -> None:
+    name = await env.converge_first_cluster()
+    await change_config(env, 1)
+    fake = env.fake(name)
+    put = fake.put_serve_applications
+    changes: list[dict[str, Any]] = []
+
+    async def put_then_the_user_edits_again(config: Any) -> None:
+        await put(config)
+        changes.append(await change_config(env, 2))  # the cache sees it before the write
+
+    fake.put_serve_applications = put_then_the_user_edits_again  # type: ignore[method-assign]
+    before = env.status_writes()
+    result = await env.reconcile()  # no error: the edit's own event brings the next pass
+    assert result == reconcile.Result()
+    assert env.status_writes() == before, "a status computed for the old spec is not written"
+    fake.put_serve_applications = put  # type: ignore[method-assign]
+    await env.reconcile()
+    svc = await env.service()
+    assert svc["status"]["observedGeneration"] == changes[0]["metadata"]["generation"]
+    assert env.status_writes() == before + 1
+    assert fake.put_count == 3
+    assert "fruit_v2:app" in str(fake.last_config)
