@@ -1,12 +1,16 @@
 """A RayService whose ``serveConfigV2`` keeps changing (issue 25, item 5, "Churn"): one
-status write per change, reporting what Serve runs after the PUT, and a change that lands
-while a pass runs ends that pass quietly (no write bound to conflict, no error, no retry)."""
+status write per change, reporting what Serve runs after the PUT; its own hash annotation
+wakes no second pass; and a change that lands while a pass runs ends that pass quietly
+(no stale status written, no error, no retry)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from controllers import rayservice
+from controllers.rayservice import clusters
 from runtime import reconcile
+from runtime.cache.informer import Event
 from tests.unit.controllers.rayservice import scenario
 
 Env = scenario.Env
@@ -47,6 +51,16 @@ async def test_a_config_change_is_reported_once_with_what_serve_runs_after_the_p
     await env.reconcile()
     assert apps(await env.service()) == {"fruit": "RUNNING", "math": "RUNNING"}
     assert env.fake(name).put_count == 4
+
+
+async def test_the_hash_annotation_alone_does_not_wake_the_rayservice() -> None:
+    old = {"metadata": {"name": "c", "resourceVersion": "1", "annotations": {}}, "spec": {}}
+    new = {**old, "metadata": {**old["metadata"], "resourceVersion": "2",
+                               "annotations": {clusters.SERVE_CONFIG_ANNOTATION: "h"}}}  # fmt: skip
+    assert not rayservice.not_only_serve_config_hash(Event("update", new, old))
+    relabelled = {**new, "metadata": {**new["metadata"], "labels": {"x": "y"}}}
+    assert rayservice.not_only_serve_config_hash(Event("update", relabelled, old))
+    assert rayservice.not_only_serve_config_hash(Event("add", new))
 
 
 async def test_a_change_landing_during_the_pass_ends_it_quietly(env: Env) -> None:
