@@ -32,7 +32,9 @@ spec changes made, all services):
 - ``status_writes_per_change``: PUT or PATCH of ``rayservices/status`` and
   ``rayclusters/status`` (kube-apiserver's ``apiserver_request_total``; only the operator
   writes them), each apart too (``rayservice_status_writes_per_change``,
-  ``raycluster_status_writes_per_change``);
+  ``raycluster_status_writes_per_change``), and ``status_writes_per_serve_put``: per
+  change the operator acted on (one worker that cannot keep up with the changes folds
+  several into one pass and one PUT, which lowers the per-change figures);
 - ``serve_puts_per_change``: Serve config PUTs the heads got (the simulator's counts);
 - ``conflicts``: the operator's writes answered 409 (audit log: its User-Agent
   ``rayservice-operator``), ``conflicts_pct`` per cent of ``changes``, and
@@ -353,6 +355,7 @@ async def scenario(
         status_writes_per_change=round((svc_writes + cluster_writes) / changes, 3),
         serve_puts_per_change=round(puts / changes, 3),
         last_config_s=result.pop("last_config_s"),
+        status_writes_per_serve_put=round((svc_writes + cluster_writes) / max(puts, 1), 3),
         rayservice_status_writes_per_change=round(svc_writes / changes, 3),
         raycluster_status_writes_per_change=round(cluster_writes / changes, 3),
         serve_puts=int(puts),
