@@ -157,6 +157,10 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 	$(PY) hack/bench/raycluster.py --clusters $${BENCH_CLUSTERS:-200}
 	$(PY) hack/bench/simulator.py
 
+.PHONY: bench-churn
+bench-churn: $(STAMP) controlplane ## Spec churn: N RayServices' serveConfigV2 changed every second; writes, PUTs, 409s per change
+	$(PY) hack/bench/churn.py --services $${BENCH_SERVICES:-20} --seconds $${BENCH_SECONDS:-60} --interval $${BENCH_INTERVAL:-1}
+
 MANAGER_FLAGS ?= --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
 
 # The Gateway API CRDs (the operator's Gateways and HTTPRoutes need them): always applied to

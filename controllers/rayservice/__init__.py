@@ -12,7 +12,8 @@ downtime, level-based, with nothing that matters kept in memory.
 
 :func:`setup` wires the reconciler to a manager. It reconciles a RayService on
 changes to its spec, labels or annotations (not on its own status writes), on any
-change to the RayClusters and Services it controls, and on the EndpointSlices of
+change to the RayClusters (but its own ``ray.io/serve-config-hash`` annotation:
+:func:`not_only_serve_config_hash`) and Services it controls, and on the EndpointSlices of
 its services (they carry the RayService's ``ray.io/originated-from-*`` labels,
 copied from the Service by the EndpointSlice controller; a per-cluster serve Service's
 name the cluster, ``<svc>-<5 characters>``, whose RayService is asked too), and on its
@@ -40,6 +41,7 @@ from controllers.rayservice import clusters, gateway, services
 from controllers.rayservice import reconciler as reconciler_
 from runtime import builder, handler, predicate, reconcile
 from runtime import controller as controller_
+from runtime.cache import informer
 from runtime.client import errors
 from runtime.workqueue import ratelimiter
 
@@ -50,6 +52,7 @@ __all__ = [
     "gateway_api_served",
     "head_pod_owner",
     "head_readiness_changed",
+    "not_only_serve_config_hash",
     "rate_limiter",
     "serve_endpoint_owner",
     "setup",
@@ -138,6 +141,42 @@ def head_pod_owner(cache: Any) -> Any:
     return owner
 
 
+def not_only_serve_config_hash(event: informer.Event) -> bool:
+    """Whether a RayCluster event is worth a pass of its RayService: not an update whose
+    only change is the ``ray.io/serve-config-hash`` annotation. That is the RayService's
+    own write after a Serve PUT, made by a pass that has read Serve after the PUT and
+    looks again at its poll; a pass on it would read the same and write nothing (under
+    spec churn, one such pass per change).
+
+    >>> from runtime.cache.informer import Event
+    >>> def cluster(rv, annotations, state="ready"):
+    ...     return {"metadata": {"resourceVersion": rv, "annotations": annotations},
+    ...             "status": {"state": state}}
+    >>> old = cluster("1", {"ray.io/serve-config-hash": "a"})
+    >>> new = cluster("2", {"ray.io/serve-config-hash": "b"})
+    >>> not_only_serve_config_hash(Event("update", new, old))
+    False
+    >>> new = cluster("2", {"ray.io/serve-config-hash": "b"}, "failed")
+    >>> not_only_serve_config_hash(Event("update", new, old))
+    True
+    >>> not_only_serve_config_hash(Event("delete", old))
+    True
+    """
+    if event.type != "update" or event.old is None:
+        return True
+    return _without_serve_config_hash(event.old) != _without_serve_config_hash(event.obj)
+
+
+def _without_serve_config_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(obj.get("metadata") or {})
+    for noise in ("resourceVersion", "managedFields"):
+        meta.pop(noise, None)
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop(clusters.SERVE_CONFIG_ANNOTATION, None)
+    meta["annotations"] = annotations
+    return {**obj, "metadata": meta}
+
+
 async def gateway_api_served(client: Any) -> bool:
     """Whether the API server serves ``gateway.networking.k8s.io/v1`` Gateways and
     HTTPRoutes (registering them with ``client``)."""
@@ -179,7 +218,7 @@ def setup(
     built = (
         builder.Builder(manager)
         .for_(v1.RAYSERVICES, predicates=(predicate.spec_or_metadata_changed,))
-        .owns(v1.RAYCLUSTERS)
+        .owns(v1.RAYCLUSTERS, predicates=(not_only_serve_config_hash,))
         .owns(services.SERVICES)
         .watches(services.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))
         .watches(

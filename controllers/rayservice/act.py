@@ -11,27 +11,33 @@ reads the cluster's annotations and the Services again and carries on):
    a create that finds the name taken leaves it to the watch); then, in a suspend,
    the RayService's Services;
 3. the per-cluster serve Services of an incremental upgrade (created, never updated);
-   the Serve config PUT, then its hash annotation (a crash between them is caught by the
-   next pass, which sees the dashboard runs that config), then an incremental upgrade's
-   ``target_capacity`` PUT (``UpdatedServeTargetCapacity``), then the head pod's
-   ``ray.io/serve`` label (after a PUT, from what the Serve proxy answers then), and
-   during an upgrade the serving cluster's head pod's. A PUT
-   that fails writes the status with Serve's answer and raises (a timed-out PUT quietly:
-   Ray may still be deploying it);
+   the Serve config PUT, then at once a read of Serve's applications (the status reports
+   what Serve runs after the PUT, not before it: one write, not a second one the next
+   poll makes to correct it) and its hash annotation (a crash between the PUT and the
+   annotation is caught by the next pass, which sees the dashboard runs that config),
+   then an incremental upgrade's ``target_capacity`` PUT
+   (``UpdatedServeTargetCapacity``), then the head pod's ``ray.io/serve`` label (after a
+   PUT, from what the Serve proxy answers then), and during an upgrade the serving
+   cluster's head pod's. A PUT that fails writes the status with Serve's answer and
+   raises (a timed-out PUT quietly: Ray may still be deploying it);
 4. an incremental upgrade's Gateway, then its HTTPRoute (created, or updated when a
    field the operator manages differs: the weights move traffic; the route is written
    before the status that reports them, so a crash between the two is reported by the
    next pass from the route itself); the old active cluster's ``delete-after``,
    **before** traffic leaves it; then the head Service and the serve Service, and
    ``SwitchedTraffic``;
-5. the status, through the status writer (no write when nothing changed; a spec
-   changed meanwhile raises, to compute again);
+5. the status, through the status writer (no write when nothing changed). A spec
+   changed meanwhile ends the pass there, quietly and without a retry: the status was
+   computed for the old spec, and the change's own watch event has queued (or will
+   queue) the pass that computes it again - an error would add a second, backed-off
+   pass and an error log per change to a RayService that is being edited;
 6. the plan's error, if any (the work queue retries with backoff, or never for a
    :class:`~runtime.reconcile.TerminalError`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
@@ -68,6 +74,7 @@ class Executor:
             self.recorder.event(
                 service, event.type, event.reason, event.message, action=event.action
             )
+        status = plan.status
         for op in plan.clusters:
             await self._cluster(service, op)
         for gone in plan.delete_services:
@@ -81,7 +88,20 @@ class Executor:
             if refused is not None:
                 await self.write(service, plan.refused(refused.refusal))
                 raise refused
-        if plan.serve_annotation is not None:
+            # Serve's applications after the PUT, and the hash annotation: both only
+            # after the PUT, neither after the other, so at once (one round trip less in
+            # a pass that a user's next change may race).
+            started = time.monotonic()
+            reread = asyncio.ensure_future(self._reread(plan.submit, plan))
+            try:
+                if plan.serve_annotation is not None:
+                    await self._annotate(plan.serve_annotation)
+            except BaseException:
+                reread.cancel()
+                raise
+            status = await reread
+            spent += time.monotonic() - started
+        elif plan.serve_annotation is not None:
             await self._annotate(plan.serve_annotation)
         if plan.capacity is not None:
             started = time.monotonic()
@@ -104,17 +124,17 @@ class Executor:
             self.recorder.event(
                 service, "Normal", "SwitchedTraffic", plan.switched, action="Update"
             )
-        if plan.status is not None:
-            await self.write(service, plan.status)
+        if status is not None and not await self.write(service, status):
+            return None  # the spec changed meanwhile: its own watch event brings the next pass
         if plan.error is not None:
             raise plan.error
         return plan.requeue_after(spent)
 
-    async def write(self, service: Obj, status: Mapping[str, Any]) -> None:
-        """Hand ``status`` to the status writer; a spec changed meanwhile raises."""
+    async def write(self, service: Obj, status: Mapping[str, Any]) -> bool:
+        """Hand ``status`` to the status writer; False when the spec changed meanwhile
+        (the status is stale and was not written)."""
         result = await self.writer.update(service, status)
-        if result.outcome is status_writer.Outcome.STALE:
-            raise RuntimeError("the RayService changed while its status was computed; again")
+        return result.outcome is not status_writer.Outcome.STALE
 
     async def delete(self, service: Obj, cluster: Obj, why: str) -> None:
         """Delete ``cluster`` (by uid) in the background; an Event when it was there."""
@@ -172,6 +192,16 @@ class Executor:
                 service, "Normal", "CreatedRayCluster", f"Created RayCluster {name}",
                 action="Create",
             )  # fmt: skip
+
+    async def _reread(self, submit: plan_.Submit, plan: plan_.Plan) -> Obj | None:
+        """The status to report after a successful PUT: from the applications Serve
+        reports now (:meth:`~controllers.rayservice.plan.Plan.submitted`); the plan's
+        own when Serve cannot be read (the next poll will)."""
+        try:
+            details = await submit.client.get_serve_applications()
+        except dashboard.DashboardError:
+            return plan.status
+        return plan.submitted(details)
 
     async def _submit(
         self, service: Obj, submit: plan_.Submit, *, ok: tuple[str, str | None] | None = None

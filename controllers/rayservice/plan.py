@@ -416,6 +416,27 @@ class Plan:
         )
         return status_.compute(self.service, observed, now=clock.rfc3339(self.now))
 
+    def submitted(self, details: dashboard.ServeDetails) -> Obj | None:
+        """The status to write instead once the config was PUT: the target's applications
+        as Serve reports them after the PUT (``details``; KubeRay v1.7.0 reads them after
+        submitting too), not those of the config it replaced - else this write reports
+        the new generation with the old config's applications, and the next pass writes
+        again to correct them. None when this pass reports nothing."""
+        if self.status is None or self.report is None or self.now is None:
+            return self.status
+        report = self.report
+        apps = status_.applications(details)
+
+        def reread(cluster: status_.ClusterReport | None) -> status_.ClusterReport | None:
+            if cluster is None or cluster.name != self.target:
+                return cluster
+            return dataclasses.replace(cluster, applications=apps)
+
+        observed = dataclasses.replace(
+            report, active=reread(report.active), pending=reread(report.pending)
+        )
+        return status_.compute(self.service, observed, now=clock.rfc3339(self.now))
+
 
 # -- roles ----------------------------------------------------------------------------------
 
