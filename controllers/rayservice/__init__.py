@@ -15,7 +15,10 @@ changes to its spec, labels or annotations (not on its own status writes), on an
 change to the RayClusters and Services it controls, and on the EndpointSlices of
 its services (they carry the RayService's ``ray.io/originated-from-*`` labels,
 copied from the Service by the EndpointSlice controller; a per-cluster serve Service's
-name the cluster, ``<svc>-<5 characters>``, whose RayService is asked too). With
+name the cluster, ``<svc>-<5 characters>``, whose RayService is asked too), and on a
+head pod of its clusters turning Running and Ready, or no longer (:func:`head_pod_owner`,
+:func:`head_readiness_changed`: the moment it waits for before it talks to Serve; the
+cluster's own ``HeadPodReady`` comes a batching delay later). With
 ``Options.gateway_api`` (:func:`gateway_api_served`) it also watches the Gateways and
 HTTPRoutes it controls (KubeRay v1.7.0 polls them every 2 s instead), so a gateway
 controller accepting them wakes the upgrade. The Ray dashboard sends
@@ -31,10 +34,12 @@ from typing import Any
 import api.v1 as v1
 from controllers import rbac
 from controllers.ray import dashboard
+from controllers.raycluster import interface as raycluster
 from controllers.rayservice import clusters, gateway, services
 from controllers.rayservice import reconciler as reconciler_
 from runtime import builder, handler, predicate, reconcile
 from runtime import controller as controller_
+from runtime.cache import informer
 from runtime.client import errors
 from runtime.workqueue import ratelimiter
 
@@ -43,6 +48,8 @@ __all__ = [
     "RBAC",
     "RECORDER",
     "gateway_api_served",
+    "head_pod_owner",
+    "head_readiness_changed",
     "rate_limiter",
     "serve_endpoint_owner",
     "setup",
@@ -76,6 +83,45 @@ def serve_endpoint_owner(obj: dict[str, Any]) -> Iterator[reconcile.Request]:
         stem, _, suffix = str(owner).rpartition("-")
         if stem and len(suffix) == 5:  # a per-cluster serve Service: <svc>-<5 characters>
             yield reconcile.Request(meta.get("namespace") or "", stem)
+
+
+def head_pod_owner(obj: dict[str, Any]) -> Iterator[reconcile.Request]:
+    """The RayService a head pod's cluster would belong to, from the cluster's name
+    (``<svc>-<5 characters>``: :func:`controllers.rayservice.clusters.cluster_name`); a
+    name that is no RayService's costs one cache miss.
+
+    >>> list(head_pod_owner({"metadata": {"namespace": "ns", "labels": {
+    ...     "ray.io/node-type": "head", "ray.io/cluster": "demo-f972o"}}}))
+    [Request(namespace='ns', name='demo')]
+    """
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
+    if labels.get(raycluster.NODE_TYPE_LABEL) != "head":
+        return
+    stem, _, suffix = str(labels.get(raycluster.CLUSTER_LABEL) or "").rpartition("-")
+    if stem and len(suffix) == 5:
+        yield reconcile.Request(meta.get("namespace") or "", stem)
+
+
+def head_readiness_changed(event: informer.Event) -> bool:
+    """An update that turned a head pod Running and Ready, or took that away.
+
+    Measured on real Ray (``hack/bench/realray.py``): woken only by its clusters'
+    status, the RayService talked to Serve 1 s after the head turned ready, on every
+    start-up and upgrade (the RayCluster controller batches pod events for a second).
+
+    >>> def pod(ready):
+    ...     return {"metadata": {"labels": {"ray.io/node-type": "head"}},
+    ...             "status": {"phase": "Running",
+    ...                        "conditions": [{"type": "Ready", "status": ready}]}}
+    >>> head_readiness_changed(informer.Event("update", pod("True"), pod("False")))
+    True
+    >>> head_readiness_changed(informer.Event("update", pod("True"), pod("True")))
+    False
+    """
+    if event.type != "update" or event.old is None or not raycluster.is_head(event.obj):
+        return False
+    return raycluster.is_running_and_ready(event.obj) != raycluster.is_running_and_ready(event.old)
 
 
 async def gateway_api_served(client: Any) -> bool:
@@ -122,6 +168,11 @@ def setup(
         .owns(v1.RAYCLUSTERS)
         .owns(services.SERVICES)
         .watches(services.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))
+        .watches(
+            raycluster.PODS,
+            handler.map_to(head_pod_owner),
+            predicates=(head_readiness_changed,),
+        )
     )
     if reconciler.options.gateway_api:
         for resource in (gateway.GATEWAYS, gateway.HTTPROUTES):
