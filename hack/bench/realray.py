@@ -56,7 +56,12 @@ steady window), ``steady``, ``upgrade`` (the spec change -> the delete), ``delet
 - ``writes_all``: its writes (create, update, patch, delete; not the proxy's Serve PUTs)
   over the whole lifecycle (``detail.writes_by_kind``); ``serve_puts``: its Serve config
   PUTs through the proxy;
-- ``peak_rss_mib`` (``VmHWM``) and ``cpu_s`` of the operator process, read before it stops.
+- ``peak_rss_mib`` (``VmHWM``) and ``cpu_s`` of the operator process, read before it stops;
+- ``head_ready_s`` (``upgrade_head_ready_s``): from the create (the spec change) to the
+  real probe's ``Ready=True`` on the (new) head pod, and ``ready_after_head_s``
+  (``switched_after_head_s``) from there to Ready seen (on the new cluster): the
+  operator's own part. The probe runs every 5 s from 10 s after the start, so
+  ``time_to_ready_s`` moves in 5 s steps with whether the head answered the first one.
 
 **Timelines** (``timeline_init``, ``timeline_upgrade``): seconds after the RayService's
 create (after the spec change) at which the API server finished each request that tells
@@ -147,6 +152,7 @@ PHASES = ("init", "steady", "upgrade", "delete")
 STATUS_KINDS = {"rayservice": "rayservices", "raycluster": "rayclusters"}
 FIGURES = (
     "time_to_ready_s", "time_to_switched_s", "time_to_upgraded_s", "time_to_deleted_s",
+    "head_ready_s", "ready_after_head_s", "upgrade_head_ready_s", "switched_after_head_s",
     *(f"{p}_{k}_status_writes" for p in PHASES for k in STATUS_KINDS),
     "status_writes", "status_writes_apiserver_metrics", "conflicts",
     *(f"{p}_conflicts" for p in PHASES),
@@ -381,13 +387,14 @@ def timeline(
     return out
 
 
+HEAD_READY = "harness: Ready=True (probe)"
 MILESTONES: tuple[tuple[str, Callable[[str, str], bool]], ...] = (
     ("raycluster created", lambda c, w: c == "op" and w.startswith("create rayclusters ")),
     ("head pod created", lambda c, w: c == "op" and w.startswith("create pods ")),
     ("head pod bound", lambda c, w: c == "kube-scheduler"),
     ("kwok: pod Running", lambda c, w: c == "kwok" and "phase=Running" in w),
     ("harness: Ready=False", lambda c, w: c == HARNESS_CLIENT and "Ready=False" in w),
-    ("harness: Ready=True (probe)", lambda c, w: c == HARNESS_CLIENT and "Ready=True" in w),
+    (HEAD_READY, lambda c, w: c == HARNESS_CLIENT and "Ready=True" in w),
     ("head svc created", lambda c, w: c == "op" and w.startswith("create services ")
      and w.endswith("head-svc")),
     ("raycluster status HeadPodReady=True", lambda c, w: c == "op"
@@ -760,6 +767,15 @@ async def run_one(args: argparse.Namespace, operator: str, result: dict[str, Any
     )  # fmt: skip
     result["milestones_init"] = milestones(init, operator)
     result["milestones_upgrade"] = milestones(upgrade, operator)
+    for phase, head, after in (
+        ("init", "head_ready_s", "ready_after_head_s"),
+        ("upgrade", "upgrade_head_ready_s", "switched_after_head_s"),
+    ):
+        steps = result[f"milestones_{phase}"]
+        ready_at, seen_at = steps[HEAD_READY], steps["ready seen by the bench"]
+        if ready_at is not None and seen_at is not None:
+            result[head] = ready_at
+            result[after] = round(seen_at - ready_at, 2)
     result["timeline_init"] = init
     result["timeline_upgrade"] = upgrade
     result["detail"] = detail
