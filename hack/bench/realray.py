@@ -678,8 +678,10 @@ async def _scenario(
     )
     await asyncio.sleep(args.settle_seconds)
     marks["end"] = now()
-    if kubelet.errors:
-        raise BenchError(f"the real-Ray kubelet failed: {kubelet.errors}")
+    # After the waits (which fail on them): e.g. KubeRay v1.7.0 makes a new head pod for a
+    # cluster it is deleting, kwok gives it the old head's IP at once, and the kubelet
+    # refuses to run it while the old one's network is still being torn down.
+    result["kubelet_errors"] = list(kubelet.errors)
 
 
 def _bench_write(events: list[Event], verb: str, after: datetime.datetime) -> datetime.datetime:
