@@ -43,7 +43,9 @@ config at the CRD's 1.5 MiB bound fits), refused as :class:`DashboardMalformed` 
 without keeping what was read.
 
 **Timeouts** (:class:`Timeouts`): connect 2 s and total 2 s by default (KubeRay's
-client has a 2 s total timeout); every request has both. Nothing is retried here: the
+client has a 2 s total timeout), 10 s total through the API server's proxy (KubeRay
+v1.7.0's ``RayHTTPClientProxyTimeoutSeconds``: the first Serve PUT to a real head
+takes about 2 s there); every request has both. Nothing is retried here: the
 reconciler's next pass is the retry (KubeRay requeues a RayService every 2 s).
 
 **Address modes** (:func:`address` builds an :class:`Address`; ``Mode``):
@@ -455,10 +457,13 @@ class Timeouts:
     total: float = 2.0
     """Seconds for the whole request, connect to last byte. Default 2 s."""
 
-    def client_timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(
-            total=self.total, connect=self.connect, sock_connect=self.connect
-        )
+    proxy_total: float = 10.0
+    """``total`` for a request through the API server's proxy (``kubernetes-proxy``
+    addresses). Default 10 s, as KubeRay v1.7.0."""
+
+    def client_timeout(self, *, via_api_server: bool = False) -> aiohttp.ClientTimeout:
+        total = self.proxy_total if via_api_server else self.total
+        return aiohttp.ClientTimeout(total=total, connect=self.connect, sock_connect=self.connect)
 
 
 def _default_session() -> aiohttp.ClientSession:
@@ -589,7 +594,7 @@ class _Client:
         check: bool = True,
     ) -> _Answer:
         all_headers = {**(self._auth if auth else {}), **(headers or {})}
-        timeout = self._owner.timeouts.client_timeout()
+        timeout = self._owner.timeouts.client_timeout(via_api_server=self.address.via_api_server)
         try:
             if self.address.via_api_server:
                 api = self._owner.api
