@@ -57,6 +57,8 @@ steady window), ``steady``, ``upgrade`` (the spec change -> the delete), ``delet
   over the whole lifecycle (``detail.writes_by_kind``); ``serve_puts``: its Serve config
   PUTs through the proxy;
 - ``peak_rss_mib`` (``VmHWM``) and ``cpu_s`` of the operator process, read before it stops;
+- ``kubelet_errors``: pods the real-Ray kubelet could not run after the last wait (a
+  failure before then fails the run);
 - ``head_ready_s`` (``upgrade_head_ready_s``): from the create (the spec change) to the
   real probe's ``Ready=True`` on the (new) head pod, and ``ready_after_head_s``
   (``switched_after_head_s``) from there to Ready seen (on the new cluster): the
