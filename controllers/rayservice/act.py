@@ -11,10 +11,13 @@ reads the cluster's annotations and the Services again and carries on):
    a create that finds the name taken leaves it to the watch); then, in a suspend,
    the RayService's Services;
 3. the per-cluster serve Services of an incremental upgrade (created, never updated);
-   the Serve config PUT, then at once a read of Serve's applications (the status reports
-   what Serve runs after the PUT, not before it: one write, not a second one the next
-   poll makes to correct it) and its hash annotation (a crash between the PUT and the
-   annotation is caught by the next pass, which sees the dashboard runs that config),
+   the Serve config PUT, then, when it replaced applications Serve was running (a
+   config changed in place), at once a read of Serve's applications (the status reports
+   what Serve runs after the PUT, not the replaced config's: one write, not a second one
+   the next poll makes to correct it; a first config, on a new cluster, reports nothing
+   new before the next poll, which costs no write) and its hash annotation (a crash
+   between the PUT and the annotation is caught by the next pass, which sees the
+   dashboard runs that config),
    then an incremental upgrade's ``target_capacity`` PUT
    (``UpdatedServeTargetCapacity``), then the head pod's ``ray.io/serve`` label (after a
    PUT, from what the Serve proxy answers then), and during an upgrade the serving
@@ -88,6 +91,7 @@ class Executor:
             if refused is not None:
                 await self.write(service, plan.refused(refused.refusal))
                 raise refused
+        if plan.submit is not None and plan.replaces_running_config():
             # Serve's applications after the PUT, and the hash annotation: both only
             # after the PUT, neither after the other, so at once (one round trip less in
             # a pass that a user's next change may race).

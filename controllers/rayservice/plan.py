@@ -416,6 +416,19 @@ class Plan:
         )
         return status_.compute(self.service, observed, now=clock.rfc3339(self.now))
 
+    def replaces_running_config(self) -> bool:
+        """Whether the target ran Serve applications when this pass read it: the PUT then
+        changes a running config in place, and the status must say what Serve runs after
+        it (:meth:`submitted`). A first config (a new cluster) has nothing to correct: its
+        applications appear at the next poll, as the status said before."""
+        report = self.report
+        if report is None:
+            return False
+        for cluster in (report.active, report.pending):
+            if cluster is not None and cluster.name == self.target:
+                return bool(cluster.applications)
+        return False
+
     def submitted(self, details: dashboard.ServeDetails) -> Obj | None:
         """The status to write instead once the config was PUT: the target's applications
         as Serve reports them after the PUT (``details``; KubeRay v1.7.0 reads them after

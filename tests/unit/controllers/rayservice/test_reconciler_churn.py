@@ -53,6 +53,26 @@ async def test_a_config_change_is_reported_once_with_what_serve_runs_after_the_p
     assert env.fake(name).put_count == 4
 
 
+async def test_a_first_config_is_not_read_back_after_its_put(env: Env) -> None:
+    """On a new cluster Serve ran nothing before the PUT: there is nothing to correct,
+    so no second read of Serve in that pass and no status write for it; the next poll
+    reports the applications (start-up and upgrade write no more than before)."""
+    await env.client.create(scenario.rayservice())
+    await env.synced()
+    await env.reconcile()
+    (name,) = await env.live_clusters()
+    await env.start_head(name)
+    gets, before = env.fake(name).get_count, env.status_writes()
+    await env.reconcile()  # the PUT
+    assert env.fake(name).put_count == 1
+    assert env.fake(name).get_count == gets + 1, "the read before the PUT, none after"
+    assert env.status_writes() == before, "nothing new to report yet"
+    await env.reconcile()  # the 2 s poll: DEPLOYING
+    assert env.status_writes() == before + 1
+    pending = (await env.service())["status"]["pendingServiceStatus"]["applicationStatuses"]
+    assert {app["status"] for app in pending.values()} == {"DEPLOYING"}
+
+
 async def test_the_hash_annotation_alone_does_not_wake_the_rayservice() -> None:
     old = {"metadata": {"name": "c", "resourceVersion": "1", "annotations": {}}, "spec": {}}
     new = {**old, "metadata": {**old["metadata"], "resourceVersion": "2",
