@@ -346,8 +346,9 @@ def operator_figures(
 
 
 def reconciles(process: _common.Manager) -> dict[str, float]:
-    """``controller_runtime_reconcile_total`` by controller, and the seconds spent in
-    reconciles (``<controller> seconds``, the histogram's sum): both operators export
+    """``controller_runtime_reconcile_total`` by controller (``<controller> errors``: the
+    failed ones), and the seconds spent in reconciles (``<controller> seconds``, the
+    histogram's sum): both operators export
     them; empty if the metrics endpoint does not answer."""
     out: dict[str, float] = {}
     try:
@@ -357,6 +358,9 @@ def reconciles(process: _common.Manager) -> dict[str, float]:
     for name, labels, value in samples:
         if name == "controller_runtime_reconcile_total":
             out[labels.get("controller", "")] = out.get(labels.get("controller", ""), 0) + value
+            if labels.get("result") == "error":
+                key = labels.get("controller", "") + " errors"
+                out[key] = out.get(key, 0) + value
         elif name == "controller_runtime_reconcile_time_seconds_sum":
             key = labels.get("controller", "") + " seconds"
             out[key] = round(out.get(key, 0) + value, 3)
