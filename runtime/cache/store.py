@@ -134,34 +134,41 @@ def intern_strings(value: Any) -> Any:
             t = type(v)
             if t is str:
                 out[_intern(k)] = v if (k in _UNIQUE_VALUES or len(v) > _INTERN_MAX) else _intern(v)
-            elif t is dict or t is list:
-                out[_intern(k)] = v if k in _UNIQUE_VALUES else intern_strings(v)
-            else:
+            elif t in _SCALARS or k in _UNIQUE_VALUES:
                 out[_intern(k)] = v
+            else:
+                out[_intern(k)] = intern_strings(v)
         return out
     if kind is list:
         return [
             (_intern(v) if len(v) <= _INTERN_MAX else v) if type(v) is str
-            else intern_strings(v) if type(v) is dict or type(v) is list
-            else v
+            else v if type(v) in _SCALARS
+            else intern_strings(v)
             for v in value
         ]  # fmt: skip
-    if kind is str and len(value) <= _INTERN_MAX:
-        return _intern(value)
-    if kind is not str and isinstance(value, (dict, list, str)):  # a subclass: the slow way
-        return _intern_slow(value)
-    return value
+    if kind is str:
+        return _intern(value) if len(value) <= _INTERN_MAX else value
+    if kind in _SCALARS:
+        return value
+    return _intern_slow(value)
 
 
 _intern = sys.intern
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def _intern_slow(value: Any) -> Any:
+    """What is not exactly a JSON type: subclasses of dict, list and str, and the rest."""
     if isinstance(value, dict):
-        return {_intern(str(k)): intern_strings(v) for k, v in value.items()}
+        return {
+            _intern(str(k)): (v if k in _UNIQUE_VALUES else intern_strings(v))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [intern_strings(v) for v in value]
-    return _intern(str(value)) if len(value) <= _INTERN_MAX else value
+    if isinstance(value, str):
+        return _intern(str(value)) if len(value) <= _INTERN_MAX else value
+    return value
 
 
 def default_transform(obj: Obj) -> Obj:

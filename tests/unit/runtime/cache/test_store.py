@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from runtime.cache import store as store_
@@ -83,6 +85,18 @@ def test_intern_strings_keeps_values_and_shares_only_short_repeated_ones() -> No
     assert copied["name"] is value["name"], "...whatever their value"
     assert copied["long"] is value["long"], "long strings are not interned"
     assert [type(v) for v in copied["spec"][1:5]] == [int, float, bool, type(None)]
+
+
+def test_intern_strings_copies_subclasses_of_json_types_too() -> None:
+    class Sub(dict[str, Any]):
+        pass
+
+    value = {"a": Sub(x="web"), "l": [Sub(z=[1, "q"])], "uid": Sub(n="m")}
+    copied = store_.intern_strings(value)
+    assert copied == value
+    assert copied["a"] is not value["a"], "a nested subclass is copied, not shared"
+    assert copied["l"][0] is not value["l"][0]
+    assert copied["uid"] is value["uid"], "unique-valued keys are left alone"
 
 
 def test_debug_mode_detects_in_place_mutation() -> None:
