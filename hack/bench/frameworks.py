@@ -311,18 +311,6 @@ def framework(name: str, kubeconfig: pathlib.Path, args: argparse.Namespace) -> 
     return Framework(name, version, command, agent, env)  # fmt: skip
 
 
-def profile_top(path: pathlib.Path, limit: int = 25) -> list[str]:
-    """The functions with the most own time in a cProfile output, as text lines."""
-    import io
-    import pstats
-
-    out = io.StringIO()
-    pstats.Stats(str(path), stream=out).sort_stats("tottime").print_stats(limit)
-    lines = out.getvalue().splitlines()
-    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), 0)
-    return [line.strip() for line in lines[start:] if line.strip()]
-
-
 def kopf_venv(given: pathlib.Path | None) -> pathlib.Path:
     """``given``, else what ``hack/peers/kopf.sh`` installs (or finds cached) and prints."""
     if given is not None:
@@ -579,7 +567,7 @@ async def measure(
         result["operator_exit_code"] = operator.popen.returncode
         if args.profile is not None and (args.profile / f"{name}.prof").exists():
             result["profiled"] = True
-            result["profile_top_tottime"] = profile_top(args.profile / f"{name}.prof")
+            result["profile_top_tottime"] = _common.profile_top(args.profile / f"{name}.prof")
         if "cpu_s" not in result:
             log(f"{name}: last lines of the operator's log:\n{operator.tail()}")
     after = cp.request_counts()
