@@ -146,7 +146,7 @@ manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (fr
 # "--steady-seconds 60" is the README's.
 BENCH_COMPARE_FLAGS ?=
 .PHONY: bench-compare
-bench-compare: $(STAMP) controlplane ## Ours vs KubeRay v1.7.0 and vs Kopf on one control plane; results JSON + README table
+bench-compare: $(STAMP) controlplane ray ## Ours vs KubeRay v1.7.0 (simulated and real Ray) and vs Kopf; results JSON + README table
 	$(PY) hack/bench/results.py --readme $(BENCH_COMPARE_FLAGS)
 
 .PHONY: bench

@@ -8,21 +8,24 @@ Runs, one after the other (never two at once; each on fresh control planes):
    our operator and KubeRay ``--kuberay-version`` (default v1.7.0, built once from the
    checkout ``$KUBERAY_SOURCE`` names; v1.5.0 from its Go module) on the same
    RayService workload;
-2. ``hack/bench/frameworks.py --objects M`` (default 2000): the same small controller on
+2. ``hack/bench/realray.py --rounds R`` (``--realray-rounds``, default 1; 0 skips): one
+   RayService on a real Ray 2.60 head, both operators (Ray from ``make ray``);
+3. ``hack/bench/frameworks.py --objects M`` (default 2000): the same small controller on
    our framework and on Kopf (installed by ``hack/peers/kopf.sh``, cached).
 
 It keeps each benchmark's last JSON line and writes ``--out`` (default
 ``hack/bench/results/<UTC date>.json``)::
 
     {"scenarios": {"n1": {"ours": F, "kuberay": F}, "n200": ..., "n1000": ...},
-     "frameworks": {"ours": G, "kopf": G},
+     "realray": {"ours": R, "kuberay": R}, "frameworks": {"ours": G, "kopf": G},
      "run": {"command": ..., "steady_seconds": ..., "rounds": ..., "kuberay_version": ...,
              "head_only_from": ..., "started": ...}}
 
 where ``F`` holds exactly :data:`SCENARIO_FIGURES` (medians over ``--rounds``) and ``G``
-exactly :data:`FRAMEWORK_FIGURES`. It prints the Markdown table (:func:`table`) and, with
-``--readme``, puts it into README.md between the ``bench-compare`` markers. A benchmark
-that fails leaves its entry out and the run exits 1 (after writing what it has).
+exactly :data:`FRAMEWORK_FIGURES`, ``R`` exactly :data:`REALRAY_FIGURES`. It prints the
+Markdown table (:func:`table`) and, with ``--readme``, puts it into README.md between the
+``bench-compare`` markers. A benchmark that fails leaves its entry out and the run exits
+1 (after writing what it has).
 
 Progress goes to stderr; the last stdout line is the results as one JSON object.
 """
@@ -55,6 +58,12 @@ SCENARIO_FIGURES = (
     "cpu_s",
 )
 FRAMEWORK_FIGURES = ("converge_s", "cpu_s", "peak_rss_mib", "api_requests")
+REALRAY_FIGURES = (
+    "time_to_ready_s", "ready_after_head_s", "time_to_upgraded_s", "switched_after_head_s",
+    "status_writes", "conflicts", "steady_proxy_requests_per_min", "writes_all",
+    "peak_rss_mib", "cpu_s",
+)  # fmt: skip
+"""``hack/bench/realray.py``'s figures in the table (one real Ray head, one RayService)."""
 BEGIN, END = "<!-- bench-compare:begin -->", "<!-- bench-compare:end -->"
 LABELS = {
     "init_status_writes_per_svc": "status writes / service, start-up",
@@ -70,10 +79,16 @@ LABELS = {
     "peak_rss_mib": "peak RSS (MiB)",
     "cpu_s": "CPU (s), operator process + its children",
     "converge_s": "converge after the last update (s)",
+    "ready_after_head_s": "head Ready -> RayService Ready (s)",
+    "switched_after_head_s": "upgrade: new head Ready -> traffic switched (s)",
+    "status_writes": "status writes, whole run",
+    "conflicts": "409 conflicts, whole run",
+    "steady_proxy_requests_per_min": "dashboard requests through the proxy / min, steady",
+    "writes_all": "operator writes, create -> Ready -> upgrade -> delete",
     "api_requests": "API requests",
 }
 
-__all__ = ["FRAMEWORK_FIGURES", "SCENARIO_FIGURES", "collect", "main", "table"]
+__all__ = ["FRAMEWORK_FIGURES", "REALRAY_FIGURES", "SCENARIO_FIGURES", "collect", "main", "table"]
 
 
 def log(message: str) -> None:
@@ -141,6 +156,16 @@ def table(results: Mapping[str, Any]) -> str:
             for pair in scenarios.values():
                 row += [_cell(pair["ours"][key]), _cell(pair["kuberay"][key])]
             lines.append("| " + " | ".join(row) + " |")
+    realray: Mapping[str, Any] = results.get("realray") or {}
+    if realray:
+        if lines:
+            lines.append("")
+        lines += ["| real Ray, one RayService | ours | KubeRay |", "|---|---|---|"]
+        for key in REALRAY_FIGURES:
+            lines.append(
+                f"| {LABELS[key]} | {_cell(realray['ours'][key])} | "
+                f"{_cell(realray['kuberay'][key])} |"
+            )
     frameworks: Mapping[str, Any] = results.get("frameworks") or {}
     if frameworks:
         if lines:
@@ -190,13 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-seconds", type=float, default=900.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--objects", type=int, default=2000, help="frameworks.py; 0: skip")
+    parser.add_argument(
+        "--realray-rounds", type=int, default=1, help="realray.py (real Ray 2.60); 0: skip"
+    )
     parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--readme", action="store_true", help="put the table into README.md")
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.services.split(",") if n.strip()]
     started = datetime.datetime.now(datetime.UTC)
     out = args.out or ROOT / "hack" / "bench" / "results" / f"{started:%Y-%m-%d}.json"
-    results: dict[str, Any] = {"scenarios": {}, "frameworks": {}, "run": {
+    results: dict[str, Any] = {"scenarios": {}, "realray": {}, "frameworks": {}, "run": {
         "command": shlex.join(["python", "hack/bench/results.py", *sys.argv[1:]]),
         "steady_seconds": args.steady_seconds, "rounds": args.rounds,
         "kuberay_version": args.kuberay_version, "head_only_from": args.head_only_from,
@@ -213,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
             results["scenarios"][f"n{n}"] = collect(summary, ("ours", "kuberay"), SCENARIO_FIGURES)
         except (RuntimeError, KeyError) as exc:
             failed.append(f"n{n}: {exc}")
+    if args.realray_rounds:
+        summary = run_bench("realray.py", [
+            "--rounds", str(args.realray_rounds), "--steady-seconds", str(args.steady_seconds),
+        ])  # fmt: skip
+        try:
+            results["realray"] = collect(summary, ("ours", "kuberay"), REALRAY_FIGURES)
+        except (RuntimeError, KeyError) as exc:
+            failed.append(f"realray: {exc}")
     if args.objects:
         summary = run_bench("frameworks.py", ["--objects", str(args.objects)])
         try:

@@ -32,6 +32,9 @@ def fake_runs(
             n = float(args[args.index("--services") + 1])
             return {"ours": figures(results.SCENARIO_FIGURES, n),
                     "kuberay": figures(results.SCENARIO_FIGURES, 2 * n), "ratios": {}}  # fmt: skip
+        if script == "realray.py":
+            return {"ours": figures(results.REALRAY_FIGURES, 1.0),
+                    "kuberay": figures(results.REALRAY_FIGURES, 2.0), "ratios": {}}  # fmt: skip
         return {"ours": figures(results.FRAMEWORK_FIGURES, 1.0),
                 "kopf": figures(results.FRAMEWORK_FIGURES, 3.0)}  # fmt: skip
 
@@ -48,7 +51,7 @@ def test_the_results_file_has_exactly_the_issues_shape(
                          "--out", str(out)])  # fmt: skip
     assert code == 0
     written = json.loads(out.read_text())
-    assert set(written) == {"scenarios", "frameworks", "run"}
+    assert set(written) == {"scenarios", "realray", "frameworks", "run"}
     assert set(written["scenarios"]) == {"n1", "n50"}
     for pair in written["scenarios"].values():
         assert set(pair) == {"ours", "kuberay"}
@@ -58,6 +61,9 @@ def test_the_results_file_has_exactly_the_issues_shape(
     assert tuple(written["frameworks"]["kopf"]) == results.FRAMEWORK_FIGURES
     assert calls[0] == ["compare.py", "--services", "1", "--steady-seconds", "60.0",
                         "--rounds", "1", "--kuberay-version", "v1.7.0"]  # fmt: skip
+    assert calls[-2] == ["realray.py", "--rounds", "1", "--steady-seconds", "60.0"]
+    assert tuple(written["realray"]["kuberay"]) == results.REALRAY_FIGURES
+    assert "| real Ray, one RayService | ours | KubeRay |" in results.table(written)
     assert calls[-1] == ["frameworks.py", "--objects", "20"]
 
 
@@ -108,7 +114,8 @@ def test_large_n_runs_head_only_against_the_peer_asked_for(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
     calls = fake_runs(monkeypatch)
-    code = results.main(["--services", "1,1000", "--objects", "0", "--kuberay-version", "v1.5.0",
+    code = results.main(["--services", "1,1000", "--objects", "0", "--realray-rounds", "0",
+                         "--kuberay-version", "v1.5.0",
                          "--out", str(tmp_path / "r.json")])  # fmt: skip
     assert code == 0
     assert [c[c.index("--kuberay-version") + 1] for c in calls] == ["v1.5.0", "v1.5.0"]
