@@ -105,7 +105,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -278,11 +278,20 @@ Tally = dict[str, dict[str, int]]
 """Requests by client (User-Agent product) and ``verb resource[/subresource]``."""
 
 
+def audit_files(path: pathlib.Path) -> Iterator[Iterator[str]]:
+    """The lines of the audit log ``path`` and of its rotated parts, oldest first:
+    kube-apiserver rotates it at 100 MB (``<stem>-<time>.log`` beside it), which N = 1,000
+    passes; reading ``path`` alone then misses the run's beginning."""
+    for part in [*sorted(path.parent.glob(f"{path.stem}-*{path.suffix}")), path]:
+        with open(part, errors="replace") as lines:
+            yield lines
+
+
 def audit_events(path: pathlib.Path) -> list[tuple[datetime.datetime, str, str, bool, int]]:
     """(finished at, client, kind, is a proxy subresource, HTTP code) of each audited request
     on a resource (non-resource paths such as ``/metrics`` left out)."""
     out = []
-    with open(path, errors="replace") as lines:
+    for lines in audit_files(path):
         for line in lines:
             try:
                 event = json.loads(line)
@@ -664,7 +673,7 @@ def timeline(
     def mark(event: str, key: tuple[str, str], at: datetime.datetime) -> None:
         first[event].setdefault(key, at)
 
-    with open(path, errors="replace") as lines:
+    for lines in audit_files(path):
         for line in lines:
             try:
                 event = json.loads(line)
