@@ -17,6 +17,13 @@ from tests.unit import helpers
 @pytest.fixture
 def compare(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     monkeypatch.syspath_prepend(str(helpers.ROOT / "hack" / "bench"))  # its `import _common`
+    for name in (
+        "_common",
+        "compare",
+        "rayservice",
+        "raycluster",
+    ):  # another test's module of that name (tests/support's realray)
+        sys.modules.pop(name, None)
     try:
         yield helpers.load_script("hack/bench/compare.py")
     finally:

@@ -22,6 +22,14 @@ OURS = "rayservice-operator/0.1"
 @pytest.fixture
 def realray(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     monkeypatch.syspath_prepend(str(helpers.ROOT / "hack" / "bench"))  # its `import _common`
+    for name in (
+        "_common",
+        "compare",
+        "rayservice",
+        "raycluster",
+        "realray",
+    ):  # another test's module of that name (tests/support's realray)
+        sys.modules.pop(name, None)
     try:
         yield helpers.load_script("hack/bench/realray.py")
     finally:
