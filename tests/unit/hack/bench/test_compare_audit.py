@@ -5,30 +5,15 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
-from tests.unit import helpers
-
 
 @pytest.fixture
-def compare(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    monkeypatch.syspath_prepend(str(helpers.ROOT / "hack" / "bench"))  # its `import _common`
-    for name in (
-        "_common",
-        "compare",
-        "rayservice",
-        "raycluster",
-    ):  # another test's module of that name (tests/support's realray)
-        sys.modules.pop(name, None)
-    try:
-        yield helpers.load_script("hack/bench/compare.py")
-    finally:
-        for name in ("_common", "compare", "rayservice", "raycluster"):
-            sys.modules.pop(name, None)
+def compare(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("compare")
 
 
 def event(at: str, verb: str, resource: str, agent: str = "rayservice-operator/1") -> str:

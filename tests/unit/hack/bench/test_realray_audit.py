@@ -6,35 +6,19 @@ scenario itself runs real Ray heads: minutes, not a unit test.)"""
 from __future__ import annotations
 
 import datetime
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-from tests.unit import helpers
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 OURS = "rayservice-operator/0.1"
 
 
 @pytest.fixture
-def realray(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    monkeypatch.syspath_prepend(str(helpers.ROOT / "hack" / "bench"))  # its `import _common`
-    for name in (
-        "_common",
-        "compare",
-        "rayservice",
-        "raycluster",
-        "realray",
-    ):  # another test's module of that name (tests/support's realray)
-        sys.modules.pop(name, None)
-    try:
-        yield helpers.load_script("hack/bench/realray.py")
-    finally:
-        for name in ("_common", "compare", "rayservice", "raycluster", "realray"):
-            sys.modules.pop(name, None)
+def realray(bench_script: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_script("realray")
 
 
 def event(
