@@ -14,7 +14,9 @@ A clock gives two things:
 timer (``loop.call_later``), so a pending timer costs no task and no polling.
 
 Wall time, where the API wants it, is written and read by :func:`rfc3339` and
-:func:`parse_rfc3339` (UTC, whole seconds: metav1.Time's wire form).
+:func:`parse_rfc3339` (UTC, whole seconds: metav1.Time's wire form), and written with
+microseconds by :func:`micro_time` (metav1.MicroTime's wire form: a Lease's
+``renewTime``, an Event's ``eventTime``).
 
 >>> clock = RealClock()
 >>> a = clock.now(); b = clock.now()
@@ -23,6 +25,8 @@ True
 >>> moment = datetime.datetime(2026, 1, 1, 12, 0, 30, 999, tzinfo=datetime.UTC)
 >>> rfc3339(moment), parse_rfc3339("2026-01-01T12:00:30Z") == moment.replace(microsecond=0)
 ('2026-01-01T12:00:30Z', True)
+>>> micro_time(moment)
+'2026-01-01T12:00:30.000999Z'
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "RealClock", "TimerHandle", "parse_rfc3339", "rfc3339"]
+__all__ = ["Clock", "RealClock", "TimerHandle", "micro_time", "parse_rfc3339", "rfc3339"]
 
 
 @runtime_checkable
@@ -80,6 +84,13 @@ def rfc3339(moment: datetime.datetime | None = None) -> str:
     seconds, ``Z``. A naive ``moment`` is taken as local time."""
     when = moment if moment is not None else datetime.datetime.now(datetime.UTC)
     return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(moment: datetime.datetime | None = None) -> str:
+    """``moment`` (default: now) as the API writes a ``metav1.MicroTime``: UTC,
+    microseconds, ``Z``. A naive ``moment`` is taken as local time."""
+    when = moment if moment is not None else datetime.datetime.now(datetime.UTC)
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_rfc3339(text: str | None) -> datetime.datetime | None:

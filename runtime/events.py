@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import datetime
 import os
 import socket
 import time
@@ -249,7 +248,7 @@ class Recorder:
                 patch: dict[str, Any] = (
                     {"count": series.count, "lastTimestamp": clock.rfc3339(), "message": message}
                     if v1
-                    else {"series": {"count": series.count, "lastObservedTime": _micro_time()},
+                    else {"series": {"count": series.count, "lastObservedTime": clock.micro_time()},
                           "note": message}
                 )  # fmt: skip
                 await self.client.patch(
@@ -281,7 +280,7 @@ class Recorder:
             else:
                 body = {
                     "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": metadata,
-                    "eventTime": _micro_time(), "reportingController": self.component,
+                    "eventTime": clock.micro_time(), "reportingController": self.component,
                     "reportingInstance": self.options.reporting_instance, "action": action,
                     "reason": reason, "regarding": regarding, "note": message, "type": type_,
                 }  # fmt: skip
@@ -296,8 +295,3 @@ class Recorder:
         except Exception as exc:  # any failure: recording events must never stop anything
             _failed.counter(write).inc()
             self.log.warning("writing an event failed", reason=reason, error=repr(exc))
-
-
-def _micro_time() -> str:
-    """Now as the API writes a ``metav1.MicroTime``: UTC, microseconds, ``Z``."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import math
 import os
 import pathlib
@@ -64,7 +63,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from runtime import metrics
+from runtime import clock, metrics
 from runtime.client import errors, resources
 
 __all__ = [
@@ -176,11 +175,6 @@ class Options:
             )
 
 
-def _micro_time(now: datetime.datetime | None = None) -> str:
-    now = now or datetime.datetime.now(datetime.UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class LeaderElector:
     """Runs the election for one Lease (see the module docstring)."""
 
@@ -269,7 +263,7 @@ class LeaderElector:
     async def _try_acquire_or_renew(self) -> bool:
         """One attempt; False if the lease is someone else's or a call failed."""
         opts = self.options
-        now_text = _micro_time()
+        now_text = clock.micro_time()
         try:
             lease = await self.client.get(LEASES, opts.namespace, opts.name)
         except errors.NotFound:
@@ -349,7 +343,7 @@ class LeaderElector:
         spec = dict(released.get("spec") or {})
         if spec.get("holderIdentity") != self.options.identity:
             return
-        spec.update(holderIdentity=None, leaseDurationSeconds=1, renewTime=_micro_time())
+        spec.update(holderIdentity=None, leaseDurationSeconds=1, renewTime=clock.micro_time())
         released["spec"] = spec
         try:
             async with asyncio.timeout(self.options.renew_deadline):
