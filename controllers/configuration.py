@@ -29,6 +29,8 @@ import pydantic
 import yaml
 from pydantic import alias_generators
 
+from api.v1 import meta
+
 __all__ = ["API_VERSION", "KIND", "Configuration", "load", "parse"]
 
 API_VERSION = "config.ray.io/v1alpha1"
@@ -90,7 +92,7 @@ def parse(text: str) -> Configuration:
         return Configuration.model_validate(data)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = meta.field_path(first["loc"])
         if first["type"] == "extra_forbidden":
             raise ValueError(f"{where}: not a field of KubeRay's Configuration") from None
         raise ValueError(f"{where}: {first['msg']}") from None

@@ -56,6 +56,7 @@ __all__ = [
     "Time",
     "camel",
     "error_messages",
+    "field_path",
     "find_condition",
 ]
 
@@ -226,8 +227,20 @@ def error_messages(
         location = error["loc"]
         if under is not None and location[:1] == (under,):
             location = location[1:]
-        where = root
-        for part in location:
-            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-        out.append(f"{where}: {error['msg']}")
+        out.append(f"{field_path(location, root=root)}: {error['msg']}")
     return out
+
+
+def field_path(location: tuple[int | str, ...], *, root: str = "") -> str:
+    """A pydantic error's ``loc`` written as a field path: names joined by ``.``, list
+    indexes in brackets, after ``root`` (``""`` for an empty location and no root).
+
+    >>> field_path(("workerGroupSpecs", 0, "replicas"), root="spec")
+    'spec.workerGroupSpecs[0].replicas'
+    >>> field_path(("qps",)), field_path(())
+    ('qps', '')
+    """
+    where = root
+    for part in location:
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    return where

@@ -102,7 +102,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeAlias
 import aiohttp
 import pydantic
 
-from api.v1 import rayservice
+from api.v1 import meta, rayservice
 from runtime.client import client as client_
 from runtime.client import errors as errors_
 
@@ -235,7 +235,7 @@ def parse_serve_details(body: bytes | str) -> ServeDetails:
         return ServeDetails.model_validate(decoded)
     except pydantic.ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()
+            f"{meta.field_path(e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()
         )
         raise DashboardMalformed(
             f"the body is not Serve's details ({problems})", text=_as_text(body)

@@ -43,6 +43,7 @@ def test_every_field_of_kuberays_helm_configmap_is_read() -> None:
         (HEAD + "enableMetric: true\n", "enableMetric: not a field of KubeRay's Configuration"),
         (HEAD + "qps: fast\n", "qps: "),
         (HEAD + "reconcileConcurrency: 0\n", "reconcileConcurrency: "),
+        (HEAD + "headSidecarContainers: [5]\n", r"headSidecarContainers\[0\]: "),
         ("kind: Configuration\n", "apiVersion must be 'config.ray.io/v1alpha1', not None"),
         ("apiVersion: config.ray.io/v1alpha1\nkind: Config\n", "kind must be 'Configuration'"),
         ("- a list\n", "expected a Configuration object, got list"),
