@@ -496,3 +496,98 @@ def test_a_capacity_change_without_a_known_config_is_an_error_not_a_guess() -> N
     assert p.capacity is None
     assert isinstance(p.error, plan.ServeFailed)
     assert "config it runs is not known" in str(p.error)
+
+
+# -- a spec reverted at any step of an upgrade ------------------------------------------------
+
+State = tuple[dict[str, int], int, int]
+"""The route's weights, A's Serve ``target_capacity``, B's: what a pass reads."""
+
+STRATEGIES = [(50, 25), (75, 25), (25, 10), (100, 100)]
+"""``(maxSurgePercent, stepSizePercent)``: steps that divide the capacities and steps
+that do not, a floor that binds on the way back (75), and the whole at once (100)."""
+
+
+def stepped(p: plan.Plan, state: State) -> State:
+    """The state after ``p``'s step: a ``target_capacity`` PUT, or new weights."""
+    weights, a_cap, b_cap = state
+    if p.capacity is not None:
+        value = p.capacity.config["target_capacity"]
+        a_cap, b_cap = (value, b_cap) if p.capacity.cluster == A_NAME else (a_cap, value)
+    return (route_weights(p) or weights), a_cap, b_cap
+
+
+def forward_states(surge: int, step: int) -> list[State]:
+    """Every state a forward upgrade from A to B passes through, each pass taken once the
+    interval passed, up to the pass that promotes B."""
+    svc = service(NEW, maxSurgePercent=surge, stepSizePercent=step)
+    state: State = ({A_NAME: 100, B_NAME: 0}, 100, 0)
+    states = []
+    for _ in range(100):
+        states.append(state)
+        p = make(upgrade(*state, svc=svc))
+        assert p.error is None
+        if p.points:  # done: the head Service moves to B
+            return states
+        following = stepped(p, state)
+        assert following != state, f"the upgrade is stuck at {state}"
+        state = following
+    raise AssertionError(f"no end after 100 passes: {states[-3:]}")
+
+
+FORWARD = [
+    (surge, step, state) for surge, step in STRATEGIES for state in forward_states(surge, step)
+]
+
+
+def reverted(state: State, svc: Obj) -> plan.Snapshot:
+    """The same objects with the spec back at A's (``svc``): the target is A, the drained
+    one B."""
+    snap = upgrade(*state, svc=svc)
+    _, a_cap, b_cap = state
+    return dataclasses.replace(snap, serve=view(A, a_cap), other_serve=view(B, b_cap))
+
+
+@pytest.mark.parametrize(
+    ("surge", "step", "state"), FORWARD,
+    ids=[f"surge{m}-step{t}-A{a}-B{b}-B{w[B_NAME]}%" for m, t, (w, a, b) in FORWARD],
+)  # fmt: skip
+def test_a_spec_reverted_at_any_step_of_the_upgrade_rolls_back(
+    surge: int, step: int, state: State
+) -> None:
+    """Whatever step the upgrade reached (read from the objects, as a restarted operator
+    would), going back to A's spec moves capacity and traffic back to A one step a pass,
+    never leaving a cluster less capacity than its share of the traffic, and ends with B
+    out of the route and scheduled for deletion."""
+    svc = service(OLD, maxSurgePercent=surge, stepSizePercent=step)
+    for _ in range(100):
+        p = make(reverted(state, svc))
+        assert p.error is None
+        if route_weights(p) == {A_NAME: 100}:  # done: B leaves the route
+            break
+        assert p.clusters == ()  # B is drained, not dropped, and no cluster is created
+        assert p.points == ()  # the head Service stays on A
+        following = stepped(p, state)
+        assert following != state, f"the rollback is stuck at {state}"
+        (before, a_before, _), (weights, a_cap, b_cap) = state, following
+        assert weights[A_NAME] >= before[A_NAME], "traffic left the active cluster"
+        assert a_cap >= a_before, "the active cluster lost capacity"
+        assert a_cap >= weights[A_NAME], "A got more traffic than its capacity"
+        assert b_cap >= weights[B_NAME], "B kept more traffic than its capacity"
+        assert a_cap + b_cap <= 100 + surge, "more capacity than 100 + maxSurgePercent"
+        state = following
+    else:
+        raise AssertionError(f"no end of the rollback after 100 passes, at {state}")
+    _, a_cap, b_cap = state
+    assert (a_cap, b_cap) == (100, 0)  # capacity is back on A
+    after = dataclasses.replace(reverted(state, svc), route=route(svc, {A_NAME: 100}, at=NOW))
+    assert [type(op).__name__ for op in make(after).clusters] == ["Annotate"]  # B's delete-after
+
+
+def test_the_rollbacks_start_from_every_step_of_real_upgrades() -> None:
+    """The states above are whole upgrades: from A alone to B with everything."""
+    for surge, step in STRATEGIES:
+        states = [state for m, t, state in FORWARD if (m, t) == (surge, step)]
+        assert states[0] == ({A_NAME: 100, B_NAME: 0}, 100, 0)
+        assert states[-1] == ({A_NAME: 0, B_NAME: 100}, 0, 100)
+        assert len(states) >= 100 // step + 2  # every traffic step, and capacity steps
