@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -277,12 +276,3 @@ async def test_the_release_call_is_bounded() -> None:
     # renew_deadline (0.4 s) bounds the release call
     await asyncio.wait_for(task, 2)
     assert error_count("slow-release", "release", "TimeoutError") == 1
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    """Poll ``condition`` until it holds; TimeoutError after ``within`` s."""
-    async with asyncio.timeout(within):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.01)
