@@ -7,13 +7,18 @@
 # (`docker build --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:<digest> .`); the tag is
 # the default only because the machines this is built on here have no registry to ask.
 ARG PYTHON_IMAGE=python:3.11-slim
+# The builder stage's image; the same by default. With no registry (hack/kind/build-images.sh
+# operator-wheels): PYTHON_IMAGE is a local Debian + Python image, and BUILDER_IMAGE that
+# image plus this machine's wheels of requirements.lock and of setuptools, with pip told
+# to look nowhere else (PIP_NO_INDEX, PIP_FIND_LINKS), so the build needs no network.
+ARG BUILDER_IMAGE=${PYTHON_IMAGE}
 
 # Install the dependencies from requirements.lock (exact versions, every file checked
 # against its sha256: `hack/lock.py` writes it), then wheels of this repository's two
 # distributions - the framework (k8s-controller-runtime, runtime/pyproject.toml) and the
 # operator on it (pyproject.toml) - without resolving anything; `pip check` proves the
 # operator's pin of the framework holds. The venv is all the final stage takes.
-FROM ${PYTHON_IMAGE} AS builder
+FROM ${BUILDER_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 COPY requirements.lock ./

@@ -199,6 +199,8 @@ def _dockerfile_stages() -> list[list[tuple[str, str]]]:
         keyword, _, rest = line.strip().partition(" ")
         if keyword.upper() == "ARG" and not stages:  # a global ARG: only FROM lines use it
             name, _, default = rest.strip().partition("=")
+            for earlier, value in global_args.items():  # a default may name an earlier ARG
+                default = default.replace("${" + earlier + "}", value)
             global_args[name] = default
             continue
         if keyword.upper() == "FROM":
