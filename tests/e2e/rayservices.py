@@ -12,7 +12,7 @@ from typing import Any
 
 from runtime.client import client as client_
 from runtime.client import errors
-from tests.e2e import harness
+from tests.e2e import harness, realpods
 
 __all__ = [
     "ClusterCount",
@@ -93,7 +93,13 @@ async def update_spec(
 
 
 def bump_ray_version(obj: Obj) -> None:
-    """A ``rayVersion`` (and image) change: a new RayCluster, a zero-downtime upgrade."""
+    """A ``rayVersion`` (and image) change: a new RayCluster, a zero-downtime upgrade.
+    Where a real kubelet runs the pods (:mod:`tests.e2e.realpods`) only the Ray image the
+    cluster has can run: there the change is :func:`tests.e2e.realpods.new_revision`, as
+    much a new RayCluster."""
+    if realpods.enabled():
+        realpods.new_revision(obj)
+        return
     config = obj["spec"]["rayClusterConfig"]
     config["rayVersion"] = "2.61.0"
     for template in [config["headGroupSpec"]["template"]] + [
