@@ -99,13 +99,24 @@ async def test_the_sample_becomes_ready_and_answers_requests(
         await t.wait_targets(2)  # the worker may join the serve Service after Ready
     no_failures(t)
     assert len(t.targets) == 2, t.targets  # the head and the worker both serve
-    # Its Events went through the generated RBAC to events.k8s.io/v1, as KubeRay's.
-    listed = await api.list(harness.EVENTS_V1, namespace)
-    # (in a real cluster the scheduler's and kubelets' Events are there too, some without
-    # an action)
-    said = {(e.get("reportingController"), e.get("reason"), e.get("action")) for e in listed.items}
-    assert ("rayservice-controller", "UpdatedServeApplications", "Update") in said, said
-    assert ("rayservice-controller", "CreatedRayCluster", "Create") in said, said
+    # Its Events went through the generated RBAC to events.k8s.io/v1, as KubeRay's. They are
+    # sent apart from the reconcile (a recorder's queue), so they may land a moment after
+    # Ready; in a real cluster the scheduler's and kubelets' are there too, some without an
+    # action.
+    wanted = {
+        ("rayservice-controller", "UpdatedServeApplications", "Update"),
+        ("rayservice-controller", "CreatedRayCluster", "Create"),
+    }
+
+    async def said() -> set[tuple[Any, Any, Any]]:
+        listed = await api.list(harness.EVENTS_V1, namespace)
+        return {(e.get("reportingController"), e.get("reason"), e.get("action"))
+                for e in listed.items}  # fmt: skip
+
+    async def all_said() -> bool:
+        return wanted <= await said()
+
+    await harness.until(all_said, 10, f"the Events {wanted}")
 
 
 async def test_a_serve_config_change_is_applied_in_place(
@@ -156,6 +167,7 @@ async def test_a_zero_downtime_upgrade_loses_no_request(
 
         await harness.until(old_gone, DELETION_DELAY + 60, "the old cluster deleted")
         await t.wait_requests(20)
+        await t.wait_targets(4)  # the new worker may join the serve Service after Ready
     no_failures(t)
     assert count.most == 2
     assert count.seen == {old, new}
