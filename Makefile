@@ -205,20 +205,23 @@ run: $(STAMP) gateway-api ## Run the operator: against $KUBECONFIG if set, else 
 	$(VENV)/bin/rayservice-manager --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig \
 		--dashboard-address-mode pod-ip $(MANAGER_FLAGS)
 
-# `make kind-e2e`: the operator's image in a kind cluster, then tests/e2e against it. Needs
-# Docker, kind and kubectl (`KUBECTL=...` for another one); the cluster stays up for the
-# next run until `make kind-down`. The image is installed from a copy of config/ with its
-# tag set (`make kind-manifests`, no Docker needed): config/ itself is never edited.
+# `make kind-e2e`: a kind cluster, the operator in it from helm-chart/ with this checkout's
+# image, then tests/e2e against it with real Ray pods (hack/kind/e2e.sh says how). Needs
+# Docker and kubectl (`KUBECTL=...` for another one); kind, when it is not on PATH, and
+# every image, when no registry is reachable (KIND_OFFLINE=1, or auto), are built here and
+# cached (hack/kind/build-images.sh; `make kind-images` builds them ahead). The cluster stays
+# up for the next run until `make kind-down`, unless the run started its own Docker engine.
+# `make kind-manifests` writes config/default with the image's tag (kustomize users).
 KIND_CLUSTER ?= rayservice-e2e
 KIND_IMAGE_NAME ?= rayservice-operator
 KIND_IMAGE_TAG ?= e2e
 KIND_IMAGE = $(KIND_IMAGE_NAME):$(KIND_IMAGE_TAG)
 KIND_DIR ?= build/kind
 KIND_ROLLOUT_TIMEOUT ?= 180s
-KIND_POD_CIDR ?= 10.244.0.0/16
+KIND_POD_CIDR ?= 198.19.64.0/18
+KIND_OFFLINE ?= auto
+KIND_TIME_FACTOR ?= 3
 KUBECTL ?= kubectl
-KIND_KUBECTL = $(KUBECTL) --kubeconfig $(KIND_DIR)/kubeconfig -n rayservice-operator-system
-KIND_DEPLOYMENT := deployment/rayservice-operator-manager
 
 .PHONY: kind-manifests
 kind-manifests: ## Write build/kind/kustomization.yaml: config/default (copied) with the kind-e2e image
@@ -228,34 +231,28 @@ kind-manifests: ## Write build/kind/kustomization.yaml: config/default (copied) 
 		'resources:' '- config/default' 'images:' '- name: rayservice-operator' \
 		'  newName: $(KIND_IMAGE_NAME)' '  newTag: $(KIND_IMAGE_TAG)' > $(KIND_DIR)/kustomization.yaml
 
-# The same tag may hold a new image after `kind load`: `rollout restart` makes new pods
-# pick it up (imagePullPolicy: IfNotPresent); a rollout that does not finish shows the pods.
 .PHONY: kind-e2e
-kind-e2e: ## Build the image, run it in kind cluster rayservice-e2e (needs Docker, kind), run tests/e2e
-	@for tool in docker kind $(KUBECTL); do \
+kind-e2e: ## kind cluster, operator from the Helm chart, tests/e2e with real Ray pods (needs Docker)
+	@for tool in docker $(KUBECTL); do \
 		command -v $$tool >/dev/null || { echo "kind-e2e: '$$tool' is not on PATH;" \
-			"this target needs Docker, kind and kubectl (README: Run in kind)" >&2; exit 1; }; \
-	done; \
-	docker info >/dev/null 2>&1 || { echo "kind-e2e: the Docker engine is not reachable" \
-		"('docker info' fails); start it first" >&2; exit 1; }
-	@$(MAKE) --no-print-directory venv kind-manifests
-	@kind get clusters 2>/dev/null | grep -qx '$(KIND_CLUSTER)' || \
-		kind create cluster --name $(KIND_CLUSTER) --config hack/kind/kind-config.yaml --wait 120s
-	kind get kubeconfig --name $(KIND_CLUSTER) > $(KIND_DIR)/kubeconfig
-	docker build -t $(KIND_IMAGE) .
-	kind load docker-image $(KIND_IMAGE) --name $(KIND_CLUSTER)
-	$(KIND_KUBECTL) apply --server-side -k $(KIND_DIR)
-	$(KIND_KUBECTL) rollout restart $(KIND_DEPLOYMENT)
-	@$(KIND_KUBECTL) rollout status $(KIND_DEPLOYMENT) --timeout $(KIND_ROLLOUT_TIMEOUT) || { \
-		$(KIND_KUBECTL) describe pods; \
-		$(KIND_KUBECTL) logs $(KIND_DEPLOYMENT) --all-containers --tail 50; exit 1; }
-	KUBECONFIG=$(abspath $(KIND_DIR)/kubeconfig) E2E_DASHBOARD_MODE=service E2E_POD_CIDR=$(KIND_POD_CIDR) \
-		$(PY) -m pytest tests/e2e
+			"this target needs Docker and kubectl (README: Run in kind)" >&2; exit 1; }; \
+	done
+	@$(MAKE) --no-print-directory venv
+	@KIND_CLUSTER=$(KIND_CLUSTER) KIND_IMAGE=$(KIND_IMAGE) KIND_DIR=$(KIND_DIR) KUBECTL=$(KUBECTL) \
+		PY=$(PY) KIND_POD_CIDR=$(KIND_POD_CIDR) KIND_OFFLINE=$(KIND_OFFLINE) \
+		KIND_ROLLOUT_TIMEOUT=$(KIND_ROLLOUT_TIMEOUT) E2E_TIME_FACTOR=$(KIND_TIME_FACTOR) hack/kind/e2e.sh
+
+.PHONY: kind-images
+kind-images: ## Build (or reuse) every image kind-e2e needs, with no registry (long the first time)
+	@docker_env=$$(hack/kind/docker.sh start) && eval "$$docker_env" && trap 'hack/kind/docker.sh stop' EXIT && \
+		hack/kind/build-images.sh
 
 .PHONY: kind-down
 kind-down: ## Delete the kind cluster of kind-e2e (and build/kind)
-	@command -v kind >/dev/null || { echo "kind-down: 'kind' is not on PATH" >&2; exit 1; }
-	kind delete cluster --name $(KIND_CLUSTER)
+	@KIND=$$(command -v kind || hack/kind/build-binaries.sh --print-kind) || { \
+		echo "kind-down: 'kind' is not on PATH (nor built by hack/kind/build-binaries.sh)" >&2; exit 1; }; \
+		docker_env=$$(hack/kind/docker.sh start) && eval "$$docker_env" && \
+		trap 'hack/kind/docker.sh stop' EXIT && $$KIND delete cluster --name $(KIND_CLUSTER)
 	rm -rf $(KIND_DIR)
 
 .PHONY: clean

@@ -7,8 +7,10 @@
 #                     /run/rso-docker/docker.sock, no iptables rules, no NAT, no default
 #                     bridge, and hack/kind/runc-bounded as its runtime (see that file).
 #                     Then make sure the `kind` network exists (198.19.0.0/24, no NAT).
-#                     Prints `export DOCKER_HOST=...` for the caller to eval.
-#   docker.sh stop    stop the engine only if `start` started it (by the pid it recorded).
+#                     Prints `export DOCKER_HOST=...` for the caller to eval, and, when
+#                     it started the engine, `export RSO_DOCKERD_PID=<its pid>`.
+#   docker.sh stop    stop the engine $RSO_DOCKERD_PID names, if set: only the one this
+#                     caller's `start` started (never one another run started).
 #   docker.sh can-run exit 0 when an engine answers or one could be started here.
 # $DOCKERD names the engine's binary (default: dockerd on PATH).
 set -euo pipefail
@@ -16,7 +18,6 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${XDG_CACHE_HOME:-${HOME}/.cache}/rayservice-operator/kind"
 RUN_DIR=/run/rso-docker
 OWN_HOST="unix://${RUN_DIR}/docker.sock"
-STARTED="${RUN_DIR}/started-by-kind-e2e.pid"
 KIND_NETWORK_SUBNET="${KIND_NETWORK_SUBNET:-198.19.0.0/24}"
 log() { echo "[kind-docker] $*" >&2; }
 
@@ -44,10 +45,10 @@ start() {
       --add-runtime "rso-runc=${HERE}/runc-bounded" --default-runtime rso-runc \
       >"${CACHE}/docker/dockerd.log" 2>&1 &
     pid=$!
-    echo "${pid}" > "${STARTED}"
     for _ in $(seq 60); do answers "${OWN_HOST}" && break; sleep 0.5; done
-    answers "${OWN_HOST}" || { tail -20 "${CACHE}/docker/dockerd.log" >&2; exit 1; }
+    answers "${OWN_HOST}" || { tail -20 "${CACHE}/docker/dockerd.log" >&2; kill "${pid}"; exit 1; }
     host="${OWN_HOST}"
+    echo "export RSO_DOCKERD_PID=${pid}"
   fi
   if ! DOCKER_HOST="${host}" docker network inspect kind >/dev/null 2>&1; then
     DOCKER_HOST="${host}" docker network create kind --subnet "${KIND_NETWORK_SUBNET}" \
@@ -58,14 +59,13 @@ start() {
 }
 
 stop() {
-  [[ -f "${STARTED}" ]] || return 0
-  local pid; pid="$(cat "${STARTED}")"
+  local pid="${RSO_DOCKERD_PID:-}"
+  [[ -n "${pid}" ]] || return 0
   if kill -0 "${pid}" 2>/dev/null; then
-    log "stopping the dockerd we started (pid ${pid})"
+    log "stopping the dockerd started for this run (pid ${pid})"
     kill "${pid}"
     for _ in $(seq 60); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.5; done
   fi
-  rm -f "${STARTED}"
 }
 
 case "${1:-}" in

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import pathlib
@@ -35,6 +36,7 @@ import yaml
 from pydantic_settings import CliApp
 
 from controllers import main
+from runtime.testing import controlplane
 from tests.unit import helpers
 
 ROOT = helpers.ROOT
@@ -309,14 +311,30 @@ def test_dockerignore_keeps_what_the_build_copies_and_drops_the_rest() -> None:
         assert _ignored(dropped, patterns), f".dockerignore keeps {dropped}"
 
 
-# --- make kind-e2e and kind-down (stand-ins for docker, kind, kubectl) ----------------------
+# --- make kind-e2e and kind-down (stand-ins for docker, kind, kubectl, helm) ----------------
 
 
-def test_the_kind_cluster_has_one_control_plane_node_and_one_worker() -> None:
+def test_the_kind_cluster_keeps_to_benchmarking_addresses_and_runs_on_cgroup_v1_hosts() -> None:
     config = yaml.safe_load(KIND_CONFIG.read_text())
     assert config["kind"] == "Cluster"
     assert config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
     assert [node["role"] for node in config["nodes"]] == ["control-plane", "worker"]
+    benchmarking = ipaddress.ip_network("198.18.0.0/15")
+    pods = ipaddress.ip_network(config["networking"]["podSubnet"])
+    services = ipaddress.ip_network(config["networking"]["serviceSubnet"])
+    kind_network = ipaddress.ip_network("198.19.0.0/24")  # hack/kind/docker.sh
+    local = [ipaddress.ip_network(controlplane.DEFAULT_POD_CIDR),
+             ipaddress.ip_network(controlplane.SERVICE_CIDR),
+             ipaddress.ip_network(controlplane.HOST_VETH_ADDRESS)]  # fmt: skip
+    for net in (pods, services):
+        assert net.subnet_of(benchmarking), net
+        for other in [kind_network, *local, *({pods, services} - {net})]:
+            assert not net.overlaps(other), (net, other)
+    patches = [yaml.safe_load(p) for p in config["kubeadmConfigPatches"]]
+    assert {"kind": "KubeletConfiguration", "failCgroupV1": False} in patches
+    conflist = json.loads((ROOT / "hack" / "kind" / "10-bridge.conflist").read_text())
+    [[range_]] = conflist["plugins"][0]["ipam"]["ranges"]
+    assert range_["subnet"] == str(pods)  # the offline node's own CNI configuration
 
 
 STUB = """#!/bin/bash
@@ -347,30 +365,42 @@ class Kind:
         path.chmod(0o755)
 
     def all_stubs(self, clusters: str = "", rollout_fails: bool = False) -> None:
-        self.stub("docker")
+        self.stub("docker", "'docker inspect -f {{.State.Running}} '*) echo true ;;")
         self.stub(
             "kind",
-            f"'kind get clusters') printf '{clusters}' ;;\n"
+            f"'kind get clusters') [ -e \"$STUB_LOG.deleted\" ] || printf '{clusters}' ;;\n"
+            "'kind delete cluster'*) touch \"$STUB_LOG.deleted\" ;;\n"
             "'kind get kubeconfig'*) echo 'kubeconfig-of-kind' ;;",
         )
-        self.stub("kubectl", "*' rollout status '*) exit 1 ;;" if rollout_fails else "")
+        self.stub(
+            "kubectl",
+            "*' get deployment -o name') echo deployment/rayservice-operator ;;\n"
+            + ("*' rollout status '*) exit 1 ;;" if rollout_fails else ""),
+        )
+        self.stub("helm")
         self.stub(
             "python",
             "*' pytest '*) echo \"env KUBECONFIG=$KUBECONFIG "
-            'E2E_DASHBOARD_MODE=$E2E_DASHBOARD_MODE" >> "$STUB_LOG" ;;',
+            "E2E_DASHBOARD_MODE=$E2E_DASHBOARD_MODE E2E_POD_CIDR=$E2E_POD_CIDR "
+            'E2E_TIME_FACTOR=$E2E_TIME_FACTOR" >> "$STUB_LOG" ;;',
         )
 
-    def make(self, target: str, *, system_path: bool = True) -> subprocess.CompletedProcess[str]:
+    def make(
+        self, target: str, *, system_path: bool = True, **extra_env: str
+    ) -> subprocess.CompletedProcess[str]:
         make = shutil.which("make")
         assert make is not None, "make is not installed"
         env = {
             k: v for k, v in os.environ.items()
-            if not k.startswith(("MAKE", "MFLAGS", "KIND_", "KUBE", "E2E_"))
+            if not k.startswith(("MAKE", "MFLAGS", "KIND_", "KUBE", "E2E_", "DOCKER", "RSO_"))
         }  # fmt: skip
         env["PATH"] = f"{self.bin}:{env['PATH']}" if system_path else str(self.bin)
         env["STUB_LOG"] = str(self.log)
+        env["HELM"] = str(self.bin / "helm")
+        env["DOCKERD"] = str(self.bin / "no-dockerd")  # never a real engine from a unit test
+        env.update(extra_env)
         return subprocess.run(
-            [make, "-s", "-C", str(ROOT), target, f"KIND_DIR={self.dir}",
+            [make, "-s", "-C", str(ROOT), target, f"KIND_DIR={self.dir}", "KIND_OFFLINE=0",
              f"STAMP={self.stamp}", f"PY={self.bin / 'python'}"],
             env=env, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
@@ -384,9 +414,7 @@ def kind(tmp_path: pathlib.Path) -> Kind:
     return Kind(tmp_path)
 
 
-@pytest.mark.parametrize(
-    ("present", "missing"), [((), "docker"), (("docker",), "kind"), (("docker", "kind"), "kubectl")]
-)
+@pytest.mark.parametrize(("present", "missing"), [((), "docker"), (("docker",), "kubectl")])
 def test_kind_e2e_names_the_missing_tool(
     kind: Kind, present: tuple[str, ...], missing: str
 ) -> None:
@@ -395,47 +423,52 @@ def test_kind_e2e_names_the_missing_tool(
     done = kind.make("kind-e2e", system_path=False)
     assert done.returncode != 0
     assert f"kind-e2e: '{missing}' is not on PATH" in done.stderr
-    assert "needs Docker, kind and kubectl" in done.stderr
+    assert "needs Docker and kubectl" in done.stderr
     assert kind.commands() == []
     assert not kind.dir.exists()
 
 
-def test_kind_e2e_needs_a_running_docker_engine(kind: Kind) -> None:
+def test_kind_e2e_needs_a_docker_engine_it_can_reach_or_start(kind: Kind) -> None:
     kind.all_stubs()
     kind.stub("docker", "'docker info') exit 1 ;;")
     done = kind.make("kind-e2e")
     assert done.returncode != 0
-    assert "kind-e2e: the Docker engine is not reachable" in done.stderr
-    assert kind.commands() == ["docker info"]
+    assert "no Docker engine answers, and none can be started here" in done.stderr
+    assert set(kind.commands()) == {"docker info"}  # asked, and nothing else was done
 
 
-def test_kind_e2e_creates_the_cluster_loads_the_image_and_runs_the_e2e_suite(kind: Kind) -> None:
+def test_kind_e2e_creates_the_cluster_installs_the_chart_and_runs_the_e2e_suite(
+    kind: Kind,
+) -> None:
     kind.all_stubs()
     done = kind.make("kind-e2e")
     assert done.returncode == 0, done.stderr
-    kubectl = f"kubectl --kubeconfig {kind.dir}/kubeconfig -n rayservice-operator-system"
-    deployment = "deployment/rayservice-operator-manager"
+    kubectl = f"kubectl --kubeconfig {kind.dir}/kubeconfig"
+    deployment = "deployment/rayservice-operator"
+    helm = (f"helm upgrade --install rayservice-operator helm-chart/rayservice-operator "
+            f"--kubeconfig {kind.dir}/kubeconfig --namespace rayservice-operator-system "
+            "--create-namespace --set image.repository=rayservice-operator --set image.tag=e2e "
+            "--wait=false")  # fmt: skip
     assert kind.commands() == [
         "docker info",
+        "docker network inspect kind",
+        "kind get clusters",  # there, but its node not running?
         "kind get clusters",
-        "kind create cluster --name rayservice-e2e --config hack/kind/kind-config.yaml --wait 120s",
+        f"kind create cluster --name rayservice-e2e --config {kind.dir}/kind-config.yaml "
+        "--wait 180s",
         "kind get kubeconfig --name rayservice-e2e",
         "docker build -t rayservice-operator:e2e .",
         "kind load docker-image rayservice-operator:e2e --name rayservice-e2e",
-        f"{kubectl} apply --server-side -k {kind.dir}",
-        f"{kubectl} rollout restart {deployment}",
-        f"{kubectl} rollout status {deployment} --timeout 180s",
+        helm,
+        f"{kubectl} -n rayservice-operator-system get deployment -o name",
+        f"{kubectl} -n rayservice-operator-system rollout restart {deployment}",
+        f"{kubectl} -n rayservice-operator-system rollout status {deployment} --timeout 180s",
         "python -m pytest tests/e2e",
-        f"env KUBECONFIG={kind.dir}/kubeconfig E2E_DASHBOARD_MODE=service",
+        f"env KUBECONFIG={kind.dir}/kubeconfig E2E_DASHBOARD_MODE=service "
+        "E2E_POD_CIDR=198.19.64.0/18 E2E_TIME_FACTOR=3",
     ]
     assert (kind.dir / "kubeconfig").read_text() == "kubeconfig-of-kind\n"
-    kustomization = yaml.safe_load((kind.dir / "kustomization.yaml").read_text())
-    assert kustomization["resources"] == ["config/default"]
-    assert kustomization["images"] == [
-        {"name": "rayservice-operator", "newName": "rayservice-operator", "newTag": "e2e"}
-    ]
-    copied = kind.dir / "config" / "manager" / "manager.yaml"
-    assert copied.read_text() == MANAGER.read_text()
+    assert (kind.dir / "kind-config.yaml").read_text() == KIND_CONFIG.read_text()
 
 
 def test_kind_e2e_reuses_an_existing_cluster(kind: Kind) -> None:
@@ -454,10 +487,29 @@ def test_kind_e2e_shows_the_pods_and_stops_when_the_rollout_does_not_finish(kind
     assert done.returncode != 0
     kubectl = f"kubectl --kubeconfig {kind.dir}/kubeconfig -n rayservice-operator-system "
     assert kind.commands()[-3:] == [
-        kubectl + "rollout status deployment/rayservice-operator-manager --timeout 180s",
+        kubectl + "rollout status deployment/rayservice-operator --timeout 180s",
         kubectl + "describe pods",
-        kubectl + "logs deployment/rayservice-operator-manager --all-containers --tail 50",
+        kubectl + "logs deployment/rayservice-operator --all-containers --tail 50",
     ]
+    assert not [c for c in kind.commands() if " pytest " in f" {c} "]
+
+
+def test_kind_e2e_writes_the_offline_cluster_config_with_one_node_and_no_kindnetd(
+    kind: Kind,
+) -> None:
+    """What hack/kind/e2e.sh gives kind offline (its embedded program, run here on its own)."""
+    script = (ROOT / "hack" / "kind" / "e2e.sh").read_text()
+    program = script.split("<<'PYEOF'\n", 1)[1].split("\nPYEOF", 1)[0]
+    out = kind.dir / "offline.yaml"
+    kind.dir.mkdir()
+    subprocess.run([sys.executable, "-c", program, str(KIND_CONFIG), str(out), "3.6.16-0"],
+                   check=True, timeout=30)  # fmt: skip
+    config = yaml.safe_load(out.read_text())
+    assert [n["role"] for n in config["nodes"]] == ["control-plane"]
+    assert config["networking"]["disableDefaultCNI"] is True
+    patches = [yaml.safe_load(p) for p in config["kubeadmConfigPatches"]]
+    assert {"kind": "ClusterConfiguration", "etcd": {"local": {"imageTag": "3.6.16-0"}}} in patches
+    assert {"kind": "KubeletConfiguration", "failCgroupV1": False} in patches
 
 
 def test_kind_down_deletes_the_cluster_and_the_generated_files(kind: Kind) -> None:
@@ -466,11 +518,27 @@ def test_kind_down_deletes_the_cluster_and_the_generated_files(kind: Kind) -> No
     (kind.dir / "kubeconfig").write_text("x")
     done = kind.make("kind-down")
     assert done.returncode == 0, done.stderr
-    assert kind.commands() == ["kind delete cluster --name rayservice-e2e"]
+    assert kind.commands()[-1] == "kind delete cluster --name rayservice-e2e"
     assert not kind.dir.exists()
 
 
-def test_kind_down_without_kind_says_so(kind: Kind) -> None:
-    done = kind.make("kind-down", system_path=False)
+def test_kind_down_without_kind_says_so(kind: Kind, tmp_path: pathlib.Path) -> None:
+    done = kind.make(
+        "kind-down", PATH=f"{kind.bin}:/usr/bin:/bin", XDG_CACHE_HOME=str(tmp_path / "cache")
+    )
     assert done.returncode != 0
-    assert "kind-down: 'kind' is not on PATH" in done.stderr
+    assert "kind-down: 'kind' is not on PATH (nor built by hack/kind/build-binaries.sh)" in (
+        done.stderr
+    )
+    assert kind.commands() == []
+
+
+def test_kind_e2e_recreates_a_cluster_whose_node_is_not_running(kind: Kind) -> None:
+    kind.all_stubs(clusters="rayservice-e2e\\n")
+    kind.stub("docker", "'docker inspect -f {{.State.Running}} '*) echo false ;;")
+    done = kind.make("kind-e2e")
+    assert done.returncode == 0, done.stderr
+    assert "is left from an engine that stopped: deleting it" in done.stderr
+    commands = kind.commands()
+    deleted = commands.index("kind delete cluster --name rayservice-e2e")
+    assert any(c.startswith("kind create cluster") for c in commands[deleted:])
