@@ -12,12 +12,18 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 # Two distributions, both editable: the framework (k8s-controller-runtime, from runtime/)
-# first, then the operator on it with its test and dev extras.
-$(STAMP): pyproject.toml runtime/pyproject.toml
+# first, then the operator on it with its test and dev extras. The runtime dependencies are
+# held at requirements.lock's versions (a constraints file of its pins, without hashes:
+# the dev tools around them are not locked), so the tests run on exactly what the image
+# ships and `hack/lock.py --check` does not turn red the day PyPI publishes a new release.
+# To move the pins: `make venv LOCK_CONSTRAINTS=` (newest releases), then `make lock`.
+LOCK_CONSTRAINTS ?= $(VENV)/constraints.txt
+$(STAMP): pyproject.toml runtime/pyproject.toml requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@sed -n 's/^\([A-Za-z0-9._-]*==[^ ]*\).*/\1/p' requirements.lock > $(VENV)/constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ./runtime
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet $(if $(LOCK_CONSTRAINTS),-c $(LOCK_CONSTRAINTS)) -e ./runtime
+	$(PY) -m pip install --quiet $(if $(LOCK_CONSTRAINTS),-c $(LOCK_CONSTRAINTS)) -e '.[dev]'
 	@touch $@
 
 # Wheels of every locked dependency (requirements.lock: exact versions, hashes checked), so
@@ -130,7 +136,7 @@ docs: $(STAMP) ## Build the docs site into build/docs (warnings are errors); ope
 	$(SPHINX_BUILD)
 
 .PHONY: lock
-lock: $(STAMP) ## Rewrite requirements.lock (the image's dependencies, pinned with hashes; needs PyPI)
+lock: $(STAMP) ## Rewrite requirements.lock from the venv's versions (pinned with hashes; needs PyPI; see LOCK_CONSTRAINTS)
 	$(PY) hack/lock.py
 
 .PHONY: manifests
