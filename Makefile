@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help
 help: ## List the targets
-	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # Two distributions, both editable: the framework (k8s-controller-runtime, from runtime/)
 # first, then the operator on it with its test and dev extras. The runtime dependencies are
@@ -166,6 +166,14 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 .PHONY: bench-churn
 bench-churn: $(STAMP) controlplane ## Spec churn: N RayServices' serveConfigV2 changed every second; writes, PUTs, 409s per change
 	$(PY) hack/bench/churn.py --services $${BENCH_SERVICES:-20} --seconds $${BENCH_SECONDS:-60} --interval $${BENCH_INTERVAL:-1}
+
+# Issue 23's side-by-side (README: Incremental upgrades): ours alone unless told otherwise;
+# BENCH_INCREMENTAL_FLAGS="--operator both" adds KubeRay v1.7.0 (built first with
+# KUBERAY_VERSION=v1.7.0 KUBERAY_SOURCE=<checkout> hack/peers/kuberay.sh). Root: pod network, port 80.
+BENCH_INCREMENTAL_FLAGS ?= --operator ours
+.PHONY: bench-incremental
+bench-incremental: $(STAMP) controlplane traefik gateway-api ## Incremental upgrades through Traefik: status writes at rest and per step, failed requests
+	$(PY) hack/bench/incremental.py --services $${BENCH_SERVICES:-1} $(BENCH_INCREMENTAL_FLAGS)
 
 MANAGER_FLAGS ?= --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
 
