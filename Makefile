@@ -258,6 +258,7 @@ kind-e2e: ## kind cluster, operator from the Helm chart, tests/e2e with real Ray
 
 .PHONY: kind-images
 kind-images: ## Build (or reuse) every image kind-e2e needs, with no registry (long the first time)
+	@hack/kind/host-packages.sh
 	@docker_env=$$(hack/kind/docker.sh start) && eval "$$docker_env" && trap 'hack/kind/docker.sh stop' EXIT && \
 		hack/kind/build-images.sh
 

@@ -42,7 +42,12 @@ for c in containerd ctr containerd-shim-runc-v2; do
   install_cmd "${c}" "${CONTAINERD_VERSION}" 0 "no_aufs no_zfs no_btrfs no_devmapper" \
     "github.com/containerd/containerd/v2/cmd/${c}@${CONTAINERD_VERSION}"
 done
-# runc needs cgo (its nsenter) and libseccomp (Debian's libseccomp-dev) for seccomp profiles.
+# runc needs cgo (its nsenter) and libseccomp (Debian's libseccomp-dev) for seccomp profiles
+# (hack/kind/host-packages.sh installs them).
+if ! built runc "${RUNC_VERSION}" && ! pkg-config --exists libseccomp 2>/dev/null; then
+  log "runc needs libseccomp's headers: apt-get install libseccomp-dev pkg-config (hack/kind/host-packages.sh)"
+  exit 1
+fi
 install_cmd runc "${RUNC_VERSION}" 1 "seccomp" "github.com/opencontainers/runc@${RUNC_VERSION}"
 install_cmd crictl "${CRICTL_VERSION}" 0 "" "sigs.k8s.io/cri-tools/cmd/crictl@${CRICTL_VERSION}"
 for p in ipam/host-local main/loopback main/bridge main/ptp meta/portmap; do

@@ -57,6 +57,7 @@ config="${KIND_DIR}/kind-config.yaml"
 build_args=()
 if [[ "${KIND_OFFLINE}" == 1 ]]; then
   log "offline: images built here (hack/kind/build-images.sh), node image ${NODE_IMAGE}"
+  "${HERE}/host-packages.sh"
   KIND="$("${HERE}/build-binaries.sh" --print-kind)" || KIND="$("${HERE}/build-binaries.sh" | tail -n1)/kind-${KIND_VERSION}"
   "${HERE}/build-images.sh" node ray
   build_args=(--network none --build-arg PYTHON_IMAGE="rso-kind/python:${DEBIAN_SUITE}"
