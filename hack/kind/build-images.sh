@@ -36,7 +36,7 @@ rootfs() {
   local name="$1" packages="$2" image="rso-kind/rootfs-$1:${DEBIAN_SUITE}" dir start=${SECONDS}
   have "${image}" && return 0
   command -v debootstrap >/dev/null || { log "debootstrap is missing (apt-get install debootstrap)"; exit 1; }
-  dir="${CACHE}/rootfs/${name}-${DEBIAN_SUITE}"
+  dir="${CACHE}/rootfs/${name}-${DEBIAN_SUITE}"; mkdir -p "${CACHE}/rootfs"
   if [[ ! -f "${dir}/.done" ]]; then
     log "debootstrap ${name} (${DEBIAN_SUITE}) ..."
     rm -rf "${dir}"
