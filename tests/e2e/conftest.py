@@ -41,9 +41,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(E2E_TIMEOUT * harness.TIME_FACTOR))
             # Against $KUBECONFIG's cluster the deployed operator has one dashboard mode:
-            # a scenario parametrised over the modes of the managers it would start runs once.
+            # a scenario parametrised over the modes of the managers it would start runs
+            # once; one that needs what only the suite's own cluster has (its control plane,
+            # pod network, Redis, gateway or managers: `own_cluster`) is not collected.
             params = getattr(item, "callspec", None)
-            if realpods.enabled() and params and params.indices.get("mode", 0) > 0:
+            if realpods.enabled() and (
+                (params and params.indices.get("mode", 0) > 0)
+                or item.get_closest_marker("own_cluster") is not None
+            ):
                 dropped.append(item)
                 continue
         kept.append(item)
@@ -116,7 +121,10 @@ def running_traefik(
     and the class stay: later managers see the Gateway API served, which changes nothing
     for other RayServices)."""
     if world.cp is None:
-        pytest.skip("starts its own gateway: needs the suite's own control plane")
+        pytest.fail(
+            "not marked own_cluster, but it starts its own gateway: "
+            "needs the suite's own control plane"
+        )
     with gateway.running(world.cp, tmp_path_factory.mktemp("traefik")) as t:
         yield t
 

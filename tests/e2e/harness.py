@@ -566,8 +566,8 @@ class Managers:
         self, mode: str = DEFAULT_MODE, *extra: str, restart_on_exit: bool = False
     ) -> Manager:
         if not self.world.local:
-            pytest.skip("starts its own managers: against $KUBECONFIG's cluster the operator "
-                        "is the one deployed there")  # fmt: skip
+            pytest.fail("not marked own_cluster, but it starts its own managers: against "
+                        "$KUBECONFIG's cluster the operator is the one deployed there")  # fmt: skip
         manager = Manager(
             self.world,
             f"{self.prefix}-{len(self.started)}".lstrip("-"),

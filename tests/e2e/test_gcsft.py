@@ -51,6 +51,9 @@ from tests.e2e import test_realray as realray_e2e
 from tests.support import realray
 from tests.support import redisserver as redis_
 
+# Every scenario here starts what only the suite's own cluster has (see own_cluster).
+pytestmark = pytest.mark.own_cluster
+
 Obj = dict[str, Any]
 JOBS = resources.default_registry.for_kind("batch/v1", "Job")
 EVENTS = resources.default_registry.for_kind("v1", "Event")
@@ -65,7 +68,7 @@ Kubelet = realray_e2e.Kubelet
 @pytest.fixture
 def redis(world: harness.World) -> Iterator[redis_.Redis]:
     if world.cp is None:
-        pytest.skip("runs Redis in the suite's own pod network")
+        pytest.fail("not marked own_cluster, but it runs Redis in the suite's own pod network")
     try:
         with redis_.running(world.cp) as server:
             yield server

@@ -32,12 +32,16 @@ import time
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from tests.e2e import harness, rayservices
 from tests.support import gateway
+
+# Every scenario here starts what only the suite's own cluster has (see own_cluster).
+pytestmark = pytest.mark.own_cluster
 
 Obj = dict[str, Any]
 ROOT = pathlib.Path(__file__).parents[2]

@@ -48,6 +48,9 @@ from tests.e2e import harness, rayservices
 from tests.e2e import test_rayservice as sample_
 from tests.support import tools
 
+# Every scenario here starts what only the suite's own cluster has (see own_cluster).
+pytestmark = pytest.mark.own_cluster
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KUBERAY_SH = ROOT / "hack" / "peers" / "kuberay.sh"
 NAME = sample_.NAME
@@ -56,7 +59,9 @@ NAME = sample_.NAME
 @pytest.fixture(scope="module")
 def kuberay_binary(world: harness.World, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     if world.cp is None:
-        pytest.skip("runs KubeRay next to the control plane it starts")
+        pytest.fail(
+            "not marked own_cluster, but it runs KubeRay next to the control plane it starts"
+        )
     override = os.environ.get("KUBERAY_BIN")
     binary = pathlib.Path(override) if override else tools.built("hack/peers/kuberay.sh")
     crds = subprocess.run([str(KUBERAY_SH), "--crds"], capture_output=True, text=True,

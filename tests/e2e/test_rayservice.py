@@ -240,6 +240,7 @@ async def test_a_deleted_head_pod_is_recreated_and_serves_again(
     assert rayservices.active_cluster(obj) == cluster
 
 
+@pytest.mark.own_cluster  # starts its own managers
 async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_completes(
     world: harness.World, api: client_.Client, namespace: str, managers: harness.Managers
 ) -> None:
@@ -268,6 +269,7 @@ async def test_a_manager_killed_mid_upgrade_is_replaced_and_the_upgrade_complete
     assert count.most == 2, count.seen  # at most one pending cluster, ever
 
 
+@pytest.mark.own_cluster  # restarts a member of the suite's own control plane
 @pytest.mark.parametrize("member", ["kube-apiserver", "etcd"])
 async def test_after_a_control_plane_restart_the_manager_reconciles_again(
     world: harness.World,
@@ -280,7 +282,10 @@ async def test_after_a_control_plane_restart_the_manager_reconciles_again(
     leadership and exit, as controller-runtime's does; its Deployment restarts it. Either
     way - watches recovered, or restarted and relisted - the next change is reconciled."""
     if world.cp is None:
-        pytest.skip("restarting a control-plane member needs the suite's own control plane")
+        pytest.fail(
+            "not marked own_cluster, but restarting a control-plane member "
+            "needs the suite's own control plane"
+        )
     manager = managers.start(restart_on_exit=True)
     await manager.wait_leading()
     created = await create_sample(api, namespace)
@@ -302,6 +307,7 @@ async def test_after_a_control_plane_restart_the_manager_reconciles_again(
     assert time.monotonic() - changed <= 30
 
 
+@pytest.mark.own_cluster  # starts its own managers
 async def test_the_standby_takes_over_when_the_leader_is_killed(
     world: harness.World, api: client_.Client, namespace: str, managers: harness.Managers
 ) -> None:

@@ -47,6 +47,9 @@ from runtime.client import errors, resources
 from tests.e2e import harness, rayservices
 from tests.support import gateway, realray
 
+# Every scenario here starts what only the suite's own cluster has (see own_cluster).
+pytestmark = pytest.mark.own_cluster
+
 Obj = dict[str, Any]
 APPS = pathlib.Path(__file__).parent / "testdata" / "realray_apps"
 NAME = "realray"
@@ -219,7 +222,10 @@ class Kubelet:
 @pytest.fixture
 def real_ray(world: harness.World) -> Iterator[realray.Harness]:
     if world.cp is None:
-        pytest.skip("runs the pods itself: needs the suite's own control plane and pod network")
+        pytest.fail(
+            "not marked own_cluster, but it runs the pods itself: "
+            "needs the suite's own control plane and pod network"
+        )
     try:
         realray.ray_venv()
     except realray.RealRayError as exc:
