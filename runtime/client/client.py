@@ -104,6 +104,8 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
 }
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 _LARGE_BODY = 512 * 1024
+_CLOSE_WAIT = 1.0
+"""Seconds ``Client.close`` waits for aborted watch connections' sockets to close."""
 """Request bodies above this many bytes are streamed from a buffer (objects go up to
 etcd's ~1.5 MiB; aiohttp warns about raw bytes bodies over 1 MiB)."""
 
@@ -244,6 +246,8 @@ class Client:
         self.host = str(configuration.host).rstrip("/")
         self._host_label = urllib.parse.urlsplit(self.host).netloc
         self._session: aiohttp.ClientSession | None = None
+        # Watch connections until their socket is closed: see close().
+        self._watch_transports: dict[asyncio.Future[None], asyncio.Transport] = {}
         self._bucket = (
             ratelimiter.TokenBucket(self.options.qps, self.options.burst)
             if self.options.qps
@@ -304,9 +308,33 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
+        """Close every connection, and return once their sockets are closed.
+
+        A watch ended by cancellation closes its connection gracefully, which over TLS
+        is a shutdown exchange with the server that outlives the connector (it no longer
+        knows the connection); an event loop closed right after (``asyncio.run``'s end,
+        a test's loop) would leave those sockets open until the garbage collector warns
+        about them. Closing the client aborts such connections and waits (1 s at most)
+        until they are gone."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._watch_transports:
+            for transport in list(self._watch_transports.values()):
+                transport.abort()
+            await asyncio.wait(list(self._watch_transports), timeout=_CLOSE_WAIT)
+
+    def _track_watch(self, connection: aiohttp.connector.Connection | None) -> None:
+        protocol = connection.protocol if connection is not None else None
+        transport = connection.transport if connection is not None else None
+        closed = protocol.closed if protocol is not None else None
+        if transport is None or closed is None or closed in self._watch_transports:
+            return
+        self._watch_transports[closed] = transport
+        closed.add_done_callback(self._untrack_watch)
+
+    def _untrack_watch(self, closed: asyncio.Future[None]) -> None:
+        self._watch_transports.pop(closed, None)
 
     def _ssl_context(self) -> ssl.SSLContext:
         cfg = self.configuration
@@ -713,6 +741,7 @@ class Client:
             timeout=timeout,
             allow_redirects=False,
         ) as response:
+            self._track_watch(response.connection)
             _requests.counter(str(response.status), "WATCH", self._host_label).inc()
             if 300 <= response.status < 400:
                 raise errors.Redirected(response.status, response.headers.get("Location", ""))
