@@ -112,14 +112,23 @@ docker build -t "${KIND_IMAGE}" "${build_args[@]}" .
 if [[ "${KIND_OFFLINE}" == 1 ]]; then
   "${KIND}" load docker-image "rayproject/ray:${RAY_VERSION}" --name "${KIND_CLUSTER}"
 fi
+# A Deployment kept from an earlier run runs the image of that run under the same tag: it
+# is restarted. A fresh install starts one pod of this image, and none races it for the Lease.
+existing="$(kctl -n "${NAMESPACE}" get deployment -o name 2>/dev/null | head -n1 || true)"
 "${helm}" upgrade --install rayservice-operator helm-chart/rayservice-operator \
   --kubeconfig "${KUBECONFIG}" --namespace "${NAMESPACE}" --create-namespace \
   --set image.repository="${KIND_IMAGE%:*}" --set image.tag="${KIND_IMAGE##*:}" --wait=false
 deployment="$(kctl -n "${NAMESPACE}" get deployment -o name | head -n1)"
-kctl -n "${NAMESPACE}" rollout restart "${deployment}"
+if [[ -n "${existing}" ]]; then kctl -n "${NAMESPACE}" rollout restart "${deployment}"; fi
 kctl -n "${NAMESPACE}" rollout status "${deployment}" --timeout "${KIND_ROLLOUT_TIMEOUT}" || {
   kctl -n "${NAMESPACE}" describe pods
   kctl -n "${NAMESPACE}" logs "${deployment}" --all-containers --tail 50
   exit 1
 }
-E2E_DASHBOARD_MODE=service E2E_POD_CIDR="${KIND_POD_CIDR}" "${PY}" -m pytest tests/e2e "$@"
+# A failed scenario's story is in the operator's log too: shown (with its pods) when one fails.
+E2E_DASHBOARD_MODE=service E2E_POD_CIDR="${KIND_POD_CIDR}" "${PY}" -m pytest tests/e2e "$@" || {
+  rc=$?
+  kctl -n "${NAMESPACE}" get pods -o wide
+  kctl -n "${NAMESPACE}" logs "${deployment}" --all-containers --tail 400
+  exit "${rc}"
+}

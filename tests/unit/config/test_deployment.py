@@ -372,12 +372,14 @@ class Kind:
             "'kind delete cluster'*) touch \"$STUB_LOG.deleted\" ;;\n"
             "'kind get kubeconfig'*) echo 'kubeconfig-of-kind' ;;",
         )
+        # The Deployment exists once helm ran, or from the start for a kept cluster.
         self.stub(
             "kubectl",
-            "*' get deployment -o name') echo deployment/rayservice-operator ;;\n"
+            "*' get deployment -o name') "
+            '[ -e "$STUB_LOG.helm" ] && echo deployment/rayservice-operator ;;\n'
             + ("*' rollout status '*) exit 1 ;;" if rollout_fails else ""),
         )
-        self.stub("helm")
+        self.stub("helm", '*) touch "$STUB_LOG.helm" ;;')
         self.stub(
             "python",
             "*' pytest '*) echo \"env KUBECONFIG=$KUBECONFIG "
@@ -459,9 +461,10 @@ def test_kind_e2e_creates_the_cluster_installs_the_chart_and_runs_the_e2e_suite(
         "kind get kubeconfig --name rayservice-e2e",
         "docker build -t rayservice-operator:e2e .",
         "kind load docker-image rayservice-operator:e2e --name rayservice-e2e",
+        f"{kubectl} -n rayservice-operator-system get deployment -o name",  # none yet
         helm,
         f"{kubectl} -n rayservice-operator-system get deployment -o name",
-        f"{kubectl} -n rayservice-operator-system rollout restart {deployment}",
+        # a fresh install: one pod of the new image, not restarted into a second
         f"{kubectl} -n rayservice-operator-system rollout status {deployment} --timeout 180s",
         "python -m pytest tests/e2e",
         f"env KUBECONFIG={kind.dir}/kubeconfig E2E_DASHBOARD_MODE=service "
@@ -479,6 +482,33 @@ def test_kind_e2e_reuses_an_existing_cluster(kind: Kind) -> None:
     assert "kind load docker-image rayservice-operator:e2e --name rayservice-e2e" in (
         kind.commands()
     )
+
+
+def test_kind_e2e_restarts_the_operator_that_a_kept_cluster_already_runs(kind: Kind) -> None:
+    """Same tag, new image: the running Deployment would keep the old one without it."""
+    kind.all_stubs(clusters="rayservice-e2e\\n")
+    pathlib.Path(f"{kind.log}.helm").touch()  # installed by an earlier run
+    done = kind.make("kind-e2e")
+    assert done.returncode == 0, done.stderr
+    kubectl = f"kubectl --kubeconfig {kind.dir}/kubeconfig -n rayservice-operator-system "
+    restart = kubectl + "rollout restart deployment/rayservice-operator"
+    assert restart in kind.commands()
+    assert kind.commands().index(restart) < kind.commands().index(
+        kubectl + "rollout status deployment/rayservice-operator --timeout 180s"
+    )
+
+
+def test_kind_e2e_shows_the_operator_log_when_a_scenario_fails(kind: Kind) -> None:
+    kind.all_stubs()
+    kind.stub("python", "*' pytest '*) exit 3 ;;")
+    done = kind.make("kind-e2e")
+    assert done.returncode != 0
+    kubectl = f"kubectl --kubeconfig {kind.dir}/kubeconfig -n rayservice-operator-system "
+    assert kind.commands()[-3:] == [
+        "python -m pytest tests/e2e",
+        kubectl + "get pods -o wide",
+        kubectl + "logs deployment/rayservice-operator --all-containers --tail 400",
+    ]
 
 
 def test_kind_e2e_shows_the_pods_and_stops_when_the_rollout_does_not_finish(kind: Kind) -> None:
