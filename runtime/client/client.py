@@ -104,10 +104,10 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
 }
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 _LARGE_BODY = 512 * 1024
-_CLOSE_WAIT = 1.0
-"""Seconds ``Client.close`` waits for aborted watch connections' sockets to close."""
 """Request bodies above this many bytes are streamed from a buffer (objects go up to
 etcd's ~1.5 MiB; aiohttp warns about raw bytes bodies over 1 MiB)."""
+_CLOSE_WAIT = 1.0
+"""Seconds ``Client.close`` waits for aborted watch connections' sockets to close."""
 
 Obj = dict[str, Any]
 WatchEvent = dict[str, Any]
