@@ -47,7 +47,7 @@ async def test_close_aborts_a_cancelled_watchs_tls_shutdown(tmp_path: pathlib.Pa
     ca, pair = tls.self_signed(tmp_path, ip_addresses=["127.0.0.1"])
     server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ssl.load_cert_chain(pair.cert, pair.key)
-    sockets: list[asyncio.Transport] = []
+    server_transports: list[asyncio.Transport] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -58,7 +58,7 @@ async def test_close_aborts_a_cancelled_watchs_tls_shutdown(tmp_path: pathlib.Pa
         transport = writer.transport
         assert isinstance(transport, asyncio.Transport)
         transport.pause_reading()  # never reads the client's close_notify
-        sockets.append(transport)
+        server_transports.append(transport)
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ssl)
     port = server.sockets[0].getsockname()[1]
@@ -84,7 +84,7 @@ async def test_close_aborts_a_cancelled_watchs_tls_shutdown(tmp_path: pathlib.Pa
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        for transport in sockets:
+        for transport in server_transports:
             transport.abort()
         server.close()
         await server.wait_closed()
