@@ -38,39 +38,66 @@ KIND = "Configuration"
 
 
 class Configuration(pydantic.BaseModel):
-    """The fields of KubeRay v1.7.0's ``Configuration`` (camelCase in the file)."""
+    """The fields of KubeRay v1.7.0's ``Configuration`` (camelCase in the file), each
+    with its description."""
 
     model_config = pydantic.ConfigDict(
         alias_generator=alias_generators.to_camel,
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        use_attribute_docstrings=True,  # the descriptions of the docs' reference table
     )
 
     api_version: Literal["config.ray.io/v1alpha1"]
+    """The only version there is."""
     kind: Literal["Configuration"]
+    """The only kind there is."""
     metrics_addr: str = ":8080"
+    """host:port for ``/metrics``, ``0`` disables (replaces ``--metrics-bind-address``)."""
     probe_addr: str = ":8082"
+    """host:port for ``/healthz`` and ``/readyz``, ``0`` disables (replaces
+    ``--health-probe-bind-address``)."""
     enable_leader_election: bool = True
+    """Run only while holding the leader Lease (replaces ``--leader-elect``)."""
     leader_election_namespace: str = ""
+    """The Lease's namespace; empty: the pod's (replaces ``--leader-election-namespace``)."""
     reconcile_concurrency: int = pydantic.Field(1, ge=1, le=256)
+    """Workers per controller, 1 to 256 (replaces ``--reconcile-concurrency``)."""
     watch_namespace: str = ""
-    """Comma-separated, as the flag."""
+    """The namespaces to watch, comma-separated as the flag; empty: all (replaces
+    ``--namespace``)."""
     log_file: str = ""
+    """Also log to this file; empty: no file (replaces ``--log-file-path``)."""
     log_file_encoder: Literal["json", "console", ""] = ""
+    """Accepted and not used: as in KubeRay, the file's format is ``--log-file-encoder``'s."""
     log_stdout_encoder: Literal["json", "console", ""] = ""
+    """Accepted and not used: as in KubeRay, the format is ``--log-format``'s."""
     batch_scheduler: str = ""
+    """Not supported: any value is an error, as ``--batch-scheduler``'s."""
     enable_batch_scheduler: bool = False
+    """Not supported: ``true`` is an error, as ``--enable-batch-scheduler``."""
     use_kubernetes_proxy: bool = False
+    """``true``: reach Ray dashboards through the API server's proxy subresources (as
+    ``--use-kubernetes-proxy``); ``false`` leaves ``--dashboard-address-mode`` alone."""
     delete_ray_job_after_job_finishes: bool = False
+    """Accepted, no effect: this operator has no RayJob controller."""
     enable_metrics: bool = False
+    """Also serve KubeRay's ``kuberay_*`` metrics (replaces ``--enable-metrics``)."""
     qps: float = pydantic.Field(100.0, ge=0)
+    """Client-side requests per second to the API server, 0: no limit (replaces ``--qps``)."""
     burst: int = pydantic.Field(200, ge=1)
+    """Client-side burst above ``qps`` (replaces ``--burst``)."""
     head_sidecar_containers: list[dict[str, Any]] = pydantic.Field(default_factory=list)
+    """Containers appended to every Ray head pod."""
     worker_sidecar_containers: list[dict[str, Any]] = pydantic.Field(default_factory=list)
+    """Containers appended to every Ray worker pod."""
     default_container_envs: list[dict[str, Any]] = pydantic.Field(default_factory=list)
+    """Env vars added to the Ray container of every Ray pod, where it has none of that name."""
     default_pod_annotations: dict[str, str] = pydantic.Field(default_factory=dict)
+    """Annotations added to every Ray pod, where its template has none of that key."""
     default_pod_labels: dict[str, str] = pydantic.Field(default_factory=dict)
+    """Labels added to every Ray pod, where its template has none of that key."""
 
     def namespaces(self) -> list[str]:
         """``watchNamespace`` as a list (empty: all namespaces)."""

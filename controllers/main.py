@@ -175,7 +175,9 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="json in clusters, console on a terminal (auto)"
     )
-    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="the least severe level logged"
+    )
     dashboard_address_mode: Literal["service", "pod-ip", "kubernetes-proxy"] = Field(
         "service",
         description="how the Ray dashboard is reached: the head service's cluster DNS name "
