@@ -164,15 +164,15 @@ manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (fr
 	$(PY) hack/gen_rbac_overlay.py
 
 # Ours vs KubeRay v1.7.0 (N = 1, 200 and 1,000 RayServices, head-only at 1,000) and ours vs
-# Kopf, one run; writes hack/bench/results/<date>.json and the README table. KubeRay v1.7.0
-# is built once from a KubeRay checkout: KUBERAY_SOURCE=<checkout> (the Go module proxy
+# Kopf, one run; writes hack/bench/results/<date>.json and the table in
+# docs/operator/performance.md. KubeRay v1.7.0 is built once from a KubeRay checkout: KUBERAY_SOURCE=<checkout> (the Go module proxy
 # serves up to v1.5.0: BENCH_COMPARE_FLAGS="--kuberay-version v1.5.0" needs none). The full
 # run takes hours (15 min of steady state per operator and N); BENCH_COMPARE_FLAGS=
-# "--steady-seconds 60" is the README's.
+# "--steady-seconds 60" is the one that page shows.
 BENCH_COMPARE_FLAGS ?=
 .PHONY: bench-compare
-bench-compare: $(STAMP) controlplane ray ## Ours vs KubeRay v1.7.0 (simulated and real Ray) and vs Kopf; results JSON + README table
-	$(PY) hack/bench/results.py --readme $(BENCH_COMPARE_FLAGS)
+bench-compare: $(STAMP) controlplane ray ## Ours vs KubeRay v1.7.0 (simulated and real Ray) and vs Kopf; results JSON + the docs table
+	$(PY) hack/bench/results.py --docs $(BENCH_COMPARE_FLAGS)
 
 .PHONY: bench
 bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints one JSON line last)
@@ -186,7 +186,8 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 bench-churn: $(STAMP) controlplane ## Spec churn: N RayServices' serveConfigV2 changed every second; writes, PUTs, 409s per change
 	$(PY) hack/bench/churn.py --services $${BENCH_SERVICES:-20} --seconds $${BENCH_SECONDS:-60} --interval $${BENCH_INTERVAL:-1}
 
-# Issue 23's side-by-side (README: Incremental upgrades): ours alone unless told otherwise;
+# Issue 23's side-by-side (docs/operator/performance.md, Incremental upgrades): ours alone
+# unless told otherwise;
 # BENCH_INCREMENTAL_FLAGS="--operator both" adds KubeRay v1.7.0 (built first with
 # KUBERAY_VERSION=v1.7.0 KUBERAY_SOURCE=<checkout> hack/peers/kuberay.sh). Root: pod network, port 80.
 BENCH_INCREMENTAL_FLAGS ?= --operator ours
@@ -268,7 +269,7 @@ kind-manifests: ## Write build/kind/kustomization.yaml: config/default (copied) 
 kind-e2e: ## kind cluster, operator from the Helm chart, tests/e2e with real Ray pods (needs Docker)
 	@for tool in docker $(KUBECTL); do \
 		command -v $$tool >/dev/null || { echo "kind-e2e: '$$tool' is not on PATH;" \
-			"this target needs Docker and kubectl (README: Run in kind)" >&2; exit 1; }; \
+			"this target needs Docker and kubectl (docs/operator/kind.md)" >&2; exit 1; }; \
 	done
 	@$(MAKE) --no-print-directory venv
 	@KIND_CLUSTER=$(KIND_CLUSTER) KIND_IMAGE=$(KIND_IMAGE) KIND_DIR=$(KIND_DIR) KUBECTL=$(KUBECTL) \

@@ -3,7 +3,7 @@
 For every ConfigMap ``X`` with the label ``mirror=true`` it keeps a ConfigMap
 ``X-mirror`` with the same data, owned by ``X`` (so deleting ``X`` deletes the
 mirror, through the garbage collector). It uses only the public ``runtime``
-facade, and is the walkthrough in README's "Writing a reconciler":
+facade, and is the walkthrough in docs/writing-a-reconciler.md:
 
 1. the reconciler reads from the **cache** (no API reads per reconcile),
 2. writes with **create_or_update** (no write when nothing changed),

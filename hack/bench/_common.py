@@ -2,7 +2,7 @@
 operator as a child process (:class:`Manager`: ``/readyz``, ``/metrics``, CPU and peak
 RSS), and reading a Prometheus text exposition.
 
-**CPU**, in every benchmark and both README tables, is
+**CPU**, in every benchmark and the tables of docs/operator/performance.md, is
 :meth:`runtime.testing.process.ChildProcess.cpu_seconds`: user + system seconds of the
 operator's process and of the children it waited for, over its whole life.
 """

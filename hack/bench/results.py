@@ -23,9 +23,9 @@ It keeps each benchmark's last JSON line and writes ``--out`` (default
 
 where ``F`` holds exactly :data:`SCENARIO_FIGURES` (medians over ``--rounds``) and ``G``
 exactly :data:`FRAMEWORK_FIGURES`, ``R`` exactly :data:`REALRAY_FIGURES`. It prints the
-Markdown table (:func:`table`) and, with ``--readme``, puts it into README.md between the
-``bench-compare`` markers. A benchmark that fails leaves its entry out and the run exits
-1 (after writing what it has).
+Markdown table (:func:`table`) and, with ``--docs``, puts it into the docs' performance
+page (:data:`PAGE`) between the ``bench-compare`` markers. A benchmark that fails leaves its
+entry out and the run exits 1 (after writing what it has).
 
 Progress goes to stderr; the last stdout line is the results as one JSON object.
 """
@@ -65,6 +65,8 @@ REALRAY_FIGURES = (
 )  # fmt: skip
 """``hack/bench/realray.py``'s figures in the table (one real Ray head, one RayService)."""
 BEGIN, END = "<!-- bench-compare:begin -->", "<!-- bench-compare:end -->"
+PAGE = ROOT / "docs" / "operator" / "performance.md"
+"""The page whose table ``--docs`` rewrites: the one place these figures live."""
 LABELS = {
     "init_status_writes_per_svc": "status writes / service, start-up",
     "steady_status_writes_per_svc": "status writes / service, steady",
@@ -179,13 +181,13 @@ def table(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def put_in_readme(readme: pathlib.Path, text: str) -> None:
-    """Replace what is between the markers in ``readme`` with ``text``."""
-    content = readme.read_text()
+def put_in_page(page: pathlib.Path, text: str) -> None:
+    """Replace what is between the markers in ``page`` with ``text``."""
+    content = page.read_text()
     start, end = content.find(BEGIN), content.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"{readme} has no {BEGIN} ... {END} section")
-    readme.write_text(content[: start + len(BEGIN)] + "\n" + text + "\n" + content[end:])
+        raise ValueError(f"{page} has no {BEGIN} ... {END} section")
+    page.write_text(content[: start + len(BEGIN)] + "\n" + text + "\n" + content[end:])
 
 
 def run_bench(script: str, args: Sequence[str]) -> dict[str, Any]:
@@ -219,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         "--realray-rounds", type=int, default=1, help="realray.py (real Ray 2.60); 0: skip"
     )
     parser.add_argument("--out", type=pathlib.Path, default=None)
-    parser.add_argument("--readme", action="store_true", help="put the table into README.md")
+    parser.add_argument(
+        "--docs", action="store_true", help=f"put the table into {PAGE.relative_to(ROOT)}"
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.services.split(",") if n.strip()]
     started = datetime.datetime.now(datetime.UTC)
@@ -262,10 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     text = table(results)
     print(text, file=sys.stderr)
-    if args.readme:
-        put_in_readme(
-            ROOT / "README.md", text + f"\n\nReproduced with `{results['run']['command']}`."
-        )
+    if args.docs:
+        put_in_page(PAGE, text + f"\n\nReproduced with `{results['run']['command']}`.")
     print(json.dumps(results), flush=True)
     return 1 if failed else 0
 

@@ -116,7 +116,7 @@ node() {
   docker save "${images[@]}" > "${kbin}/images.tar"
 
   # The node, assembled as `kind build node-image` does (its own command cannot be used
-  # here: it fetches kindnetd, whose source no module proxy serves; see README).
+  # here: it fetches kindnetd, whose source no module proxy serves; see docs/operator/kind.md).
   cid="$(docker run -d --entrypoint=sleep --security-opt seccomp=unconfined "${base}" infinity)"
   trap 'docker rm -f -v "${cid}" >/dev/null 2>&1 || true' RETURN
   for c in kubeadm kubelet; do docker cp "${bin}/${c}-${K8S_VERSION}" "${cid}:/usr/bin/${c}"; done

@@ -27,7 +27,7 @@ serve Service's endpoints all along:
 5. The RayService carries ``ray.io/rayservice-finalizer`` (ours; KubeRay >= v1.6.2 uses
    the same one and removes it when it deletes the RayService). KubeRay v1.5.0 does not
    know it: the deleted RayService waits until the finalizer is removed by hand, as
-   the README's "Coming from KubeRay" says - done here - and then it and its clusters
+   docs/operator/kuberay.md says - done here - and then it and its clusters
    go.
 """
 

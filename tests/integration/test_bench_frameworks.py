@@ -1,8 +1,8 @@
 """``hack/bench/frameworks.py`` runs as its own process with 50 Widgets: both operators (ours
 on ``runtime/``, and Kopf from PyPI, installed by ``hack/peers/kopf.sh`` if missing) make
 every Widget converge after the creates and after the updates, and the last line holds
-every figure the README's framework table shows. The performance targets are not
-asserted at this size (the full run is by hand, ``--objects 2000``)."""
+every figure the framework table of docs/operator/performance.md shows. The performance
+targets are not asserted at this size (the full run is by hand, ``--objects 2000``)."""
 
 from __future__ import annotations
 

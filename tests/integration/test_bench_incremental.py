@@ -1,7 +1,7 @@
 """``hack/bench/incremental.py`` runs as its own process for our operator alone (one
 RayService, 15 s idle windows): the incremental upgrade finishes with traffic through
 Traefik on both clusters, every figure is there, and an idle service is never written
-(KubeRay v1.7.0's column needs its binary and is run by hand: README's performance
+(KubeRay v1.7.0's column needs its binary and is run by hand: docs/operator/performance.md's
 section)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``hack/bench/rayservice.py`` runs as its own process (manager, control plane, simulator)
-with two RayServices and a 20 s steady window, and its figures meet the targets (README's table)
-where a run that short can check them (the time to report an application turning
-``UNHEALTHY`` included)."""
+with two RayServices and a 20 s steady window, and its figures meet the targets
+(docs/operator/performance.md) where a run that short can check them (the time to report
+an application turning ``UNHEALTHY`` included)."""
 
 from __future__ import annotations
 

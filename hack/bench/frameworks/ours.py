@@ -5,7 +5,7 @@ its spec (:func:`desired_status`): ``area = size * size``, ``label = color.upper
 ``observedGeneration = metadata.generation``. The same controller on Kopf is
 ``kopf_widgets.py`` beside this file; ``hack/bench/frameworks.py`` runs both.
 
-How, on the public ``runtime`` facade only (as README's "Writing a reconciler"):
+How, on the public ``runtime`` facade only (as docs/writing-a-reconciler.md):
 the reconciler reads the Widget from the manager's **cache** (no GET per
 reconcile) and hands the status to a :class:`runtime.status.StatusWriter`, which
 writes the ``status`` subresource only when it means something new (one PUT per

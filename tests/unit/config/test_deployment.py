@@ -13,7 +13,7 @@
   copies and drops the rest.
 - ``make kind-e2e`` with stand-ins for docker, kind, kubectl and the venv's Python (no
   Docker engine here): a missing tool or engine stops it with one line naming it; otherwise
-  the steps run in order with the cluster, image and kubeconfig the README documents.
+  the steps run in order with the cluster, image and kubeconfig docs/operator/kind.md documents.
 """
 
 from __future__ import annotations

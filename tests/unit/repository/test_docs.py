@@ -10,6 +10,8 @@ The rules for a fenced block in ``docs/**/*.md``:
   so that ruff's Markdown formatting leaves the quoted indentation alone; the
   caption shows the file on the page);
 - ``text``: output or a diagram, nothing to run;
+- ``sh``: commands for a reader's shell; each ``make`` target one names must exist
+  (``tests/unit/repository/test_readme.py`` checks that, and the links);
 - another ``{directive}``: MyST markup (a toctree), not code.
 
 Anything else fails: a block nobody runs is a block that rots.
@@ -46,7 +48,11 @@ def test_the_guides_are_there() -> None:
     names = {p.relative_to(DOCS).as_posix() for p in PAGES}
     for guide in ("reconcile", "status", "cache", "manager", "webhooks", "testing"):
         assert f"guides/{guide}.md" in names
-    assert {"index.md", "tutorial.md", "architecture.md"} <= names
+    assert {"index.md", "tutorial.md", "architecture.md", "writing-a-reconciler.md"} <= names
+    operator = ("install", "usage", "kuberay", "security", "performance", "kind",
+                "troubleshooting", "flags", "configuration", "metrics", "helm-values")  # fmt: skip
+    for page in operator:
+        assert f"operator/{page}.md" in names, page
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
@@ -59,7 +65,7 @@ def test_every_block_runs_or_is_quoted_verbatim(page: pathlib.Path) -> None:
             assert path, f"{where}: an excerpt needs :caption: <the file it quotes>"
             source = (helpers.ROOT / path).read_text()
             assert excerpt in source, f"{where}: excerpt no longer in {path}:\n{excerpt}"
-        elif info.startswith("{") or info == "text":
+        elif info.startswith("{") or info in ("text", "sh"):
             continue
         elif info == "python":
             runnable.append((body, line))

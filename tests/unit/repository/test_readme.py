@@ -1,26 +1,116 @@
-"""The README's Python examples run."""
+"""README.md is one screen for a newcomer, and every promise in it is checked here:
+
+- at most 150 lines;
+- its prerequisites' install line is the one ``.ci/run`` runs, and holds every package
+  ``hack/doctor.sh`` asks for on Debian (so CI installs exactly what the README says);
+- its two commands are ``make test`` and ``make run``, and each ``make`` target named in a
+  shell block of the README or the docs exists;
+- each relative link of the README and the docs' Markdown points at a file that exists;
+- each figure of its headline table is the figure of the same row and column on the docs'
+  performance page, where the benchmarks write them (a figure lives in one place).
+"""
 
 from __future__ import annotations
 
+import pathlib
 import re
+
+import pytest
 
 from tests.unit import helpers
 
 README = helpers.ROOT / "README.md"
+PERFORMANCE = helpers.ROOT / "docs" / "operator" / "performance.md"
+PAGES = [README, *sorted((helpers.ROOT / "docs").rglob("*.md"))]
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+MAKE = re.compile(r"(?:^|&&|;|\|\|)\s*(?:[A-Z_]+=\S+\s+)*make ([a-z][a-z0-9-]*)", re.MULTILINE)
+PACKAGE = re.compile(r'\bpackage "?([a-z][a-z0-9.+-]*)"? "?[a-z][a-z0-9.+-]*"?\s*(?:;|$)', re.M)
+APT = re.compile(r"apt-get install -y(?: -qq)? ([a-z0-9 .+-]+)")
 
 
-def test_python_blocks_in_readme_execute() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert blocks, "README has no python example"
-    for block in blocks:
-        namespace: dict[str, object] = {}
-        exec(compile(block, str(README), "exec"), namespace)
-        assert "ctrl" in namespace
+def shell_blocks(page: pathlib.Path) -> list[str]:
+    return [body for info, body in FENCE.findall(page.read_text()) if info == "sh"]
 
 
-def test_walkthrough_excerpts_are_still_in_their_files() -> None:
-    excerpts = re.findall(r"```python (\S+)\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert excerpts, "the walkthrough has excerpts"
-    for path, excerpt in excerpts:
-        source = (README.parent / path).read_text()
-        assert excerpt in source, f"README excerpt no longer in {path}:\n{excerpt}"
+def make_targets() -> set[str]:
+    text = (helpers.ROOT / "Makefile").read_text()
+    return set(re.findall(r"^([a-zA-Z0-9_-]+):", text, flags=re.MULTILINE))
+
+
+def test_the_readme_fits_one_screen_of_reading() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; move the reference to docs/"
+
+
+def test_ci_installs_what_the_readme_names_and_the_doctor_asks_for() -> None:
+    readme = APT.findall(README.read_text())
+    assert len(readme) == 1, "README names one install line for its prerequisites"
+    ci = APT.findall((helpers.ROOT / ".ci" / "run").read_text())
+    assert ci == readme, ".ci/run installs exactly the README's prerequisites"
+    doctor = (helpers.ROOT / "hack" / "doctor.sh").read_text()
+    asked = set(PACKAGE.findall(doctor))
+    assert {"python3-venv", "openssl", "iproute2"} <= asked, "doctor.sh names packages"
+    assert asked <= set(readme[0].split()) | {"util-linux"}, (
+        "every package doctor.sh suggests is a README prerequisite (util-linux is in every "
+        "Debian base system)"
+    )
+
+
+def test_the_two_commands_and_every_make_target_named_exist() -> None:
+    blocks = shell_blocks(README)
+    assert any("make test" in b and "make run" in b for b in blocks), "the two commands"
+    targets = make_targets()
+    named = {
+        (page.relative_to(helpers.ROOT).as_posix(), target)
+        for page in PAGES
+        for block in shell_blocks(page)
+        for target in MAKE.findall(block)
+    }
+    assert ("README.md", "test") in named
+    missing = sorted((page, t) for page, t in named if t not in targets)
+    assert not missing, f"make targets named in the docs that the Makefile lacks: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(helpers.ROOT).as_posix())
+def test_relative_links_resolve(page: pathlib.Path) -> None:
+    text = re.sub(r"`[^`\n]*`", "", FENCE.sub("", page.read_text()))
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # an address, or an anchor in the page (Sphinx checks those)
+        path = (page.parent / target.split("#", 1)[0]).resolve()
+        if not path.exists():
+            broken.append(target)
+    assert not broken, f"{page.name}: links to nothing: {broken}"
+
+
+def tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Each Markdown table of ``text``: its header cells and its rows' cells."""
+    found = []
+    for block in re.findall(r"(?:^\|.*\|\n)+", text, flags=re.MULTILINE):
+        rows = [
+            [c.strip() for c in line.strip().strip("|").split("|")] for line in block.splitlines()
+        ]
+        if len(rows) > 2 and set(rows[1][0]) <= {"-", ":"}:
+            found.append((rows[0], rows[2:]))
+    return found
+
+
+def test_the_headline_figures_are_the_performance_pages() -> None:
+    readme = tables(README.read_text())
+    assert len(readme) == 1, "README has one table: the headline figures"
+    header, rows = readme[0]
+    page = tables(PERFORMANCE.read_text())
+    checked = 0
+    for row in rows:
+        label = row[0]
+        sources = [(h, r) for h, rs in page for r in rs if r[0] == label]
+        assert sources, f"{label!r} is on the performance page"
+        for column, value in zip(header[1:], row[1:], strict=True):
+            expected = [r[h.index(column)] for h, r in sources if column in h]
+            assert expected, f"{label!r}: no column {column!r} on the performance page"
+            assert value == expected[0], (
+                f"{label!r}, {column!r}: README {value}, page {expected[0]}"
+            )
+            checked += 1
+    assert checked >= 12

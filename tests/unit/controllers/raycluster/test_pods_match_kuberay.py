@@ -66,9 +66,10 @@ EXCEPTIONS = {
     "recreate-hash": (
         "KubeRay v1.7.0 writes ray.io/upgrade-strategy-recreate-hash on every head pod: a "
         "SHA-1 of Go's JSON encoding of its typed RayClusterSpec, which no raw dict "
-        "reproduces (see controllers.rayservice.clusters). We leave it out (README, Coming "
-        "from KubeRay): KubeRay skips its Recreate check for a head pod without it, whereas a "
-        "value of ours would make it recreate every pod of such a cluster it takes back."
+        "reproduces (see controllers.rayservice.clusters). We leave it out "
+        "(docs/operator/kuberay.md): KubeRay skips its Recreate check for a head pod "
+        "without it, whereas a value of ours would make it recreate every pod of such a "
+        "cluster it takes back."
     ),
     "rayservice-owned-services": (
         "For a RayService's cluster the recording also holds the Services the RayService "

@@ -1,6 +1,6 @@
 """hack/bench/results.py (``make bench-compare``): the results file has exactly the
-issue's shape, a failed benchmark is reported rather than papered over, and the README
-table is replaced between its markers only."""
+issue's shape, a failed benchmark is reported rather than papered over, and the table of
+docs/operator/performance.md is replaced between its markers only."""
 
 from __future__ import annotations
 
@@ -84,14 +84,14 @@ def test_a_missing_figure_is_an_error_not_a_gap() -> None:
         results.pick({"converge_s": 1}, results.FRAMEWORK_FIGURES)
 
 
-def test_the_readme_table_replaces_only_the_marked_section(tmp_path: pathlib.Path) -> None:
-    readme = tmp_path / "README.md"
+def test_the_docs_table_replaces_only_the_marked_section(tmp_path: pathlib.Path) -> None:
+    readme = tmp_path / "performance.md"
     readme.write_text(f"before\n{results.BEGIN}\nold\n{results.END}\nafter\n")
     f = figures(results.SCENARIO_FIGURES, 1.5)
     frameworks = {"ours": figures(results.FRAMEWORK_FIGURES, 2.0),
                   "kopf": figures(results.FRAMEWORK_FIGURES, 4.0)}  # fmt: skip
     text = results.table({"scenarios": {"n1": {"ours": f, "kuberay": f}}, "frameworks": frameworks})
-    results.put_in_readme(readme, text)
+    results.put_in_page(readme, text)
     content = readme.read_text()
     assert content.startswith("before\n")
     assert content.endswith(f"{results.END}\nafter\n")
@@ -101,12 +101,12 @@ def test_the_readme_table_replaces_only_the_marked_section(tmp_path: pathlib.Pat
     unmarked = tmp_path / "other.md"
     unmarked.write_text("no markers here\n")
     with pytest.raises(ValueError, match="bench-compare"):
-        results.put_in_readme(unmarked, text)
+        results.put_in_page(unmarked, text)
     assert unmarked.read_text() == "no markers here\n"
 
 
-def test_the_readme_has_the_markers() -> None:
-    content = (helpers.ROOT / "README.md").read_text()
+def test_the_performance_page_has_the_markers() -> None:
+    content = results.PAGE.read_text()
     assert content.index(results.BEGIN) < content.index(results.END)
 
 
