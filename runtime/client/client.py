@@ -335,6 +335,11 @@ class Client:
 
     def _untrack_watch(self, closed: asyncio.Future[None]) -> None:
         self._watch_transports.pop(closed, None)
+        # A shutdown cut short ends the connection with an error (an abort, or a server
+        # still sending events after our close_notify): expected, and nobody else reads
+        # it, so take it here rather than have asyncio log "exception never retrieved".
+        if not closed.cancelled():
+            closed.exception()
 
     def _ssl_context(self) -> ssl.SSLContext:
         cfg = self.configuration
