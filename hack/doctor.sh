@@ -2,7 +2,7 @@
 # Name every missing prerequisite at once, each with the command that installs it, before
 # anything long starts (`make doctor`; the first step of `make test` and `make run`).
 # The prerequisites are the README's: Python 3.11+ with its venv module, Go 1.26+, make,
-# openssl, iproute2 (`ip`), and for `make test` root (the test pod network: network
+# openssl, iproute2 (`ip`), procps, wget, CA certificates, and for `make test` root (the test pod network: network
 # namespaces and veth pairs). Everything else a test or `make run` uses is installed by
 # the make targets themselves and cached by version under the user's cache directory
 # (the control plane, kwok, Helm, Traefik, the Gateway API CRDs, Ray, Redis, Kopf,
@@ -29,7 +29,7 @@ missing=()      # one line per missing prerequisite: what, and how to get it
 packages=()     # the distribution packages that would install the missing ones
 
 # The package manager of this machine, and a package's name under it.
-if command -v apt-get >/dev/null 2>&1; then pm="apt-get install -y"
+if command -v apt-get >/dev/null 2>&1; then pm="apt-get update && apt-get install -y"
 elif command -v dnf >/dev/null 2>&1; then pm="dnf install -y"
 else pm=""; fi
 package() {  # debian-name fedora-name
@@ -75,6 +75,13 @@ command -v ip >/dev/null 2>&1 || {
 for tool in flock unshare; do
   command -v "${tool}" >/dev/null 2>&1 || { missing+=("${tool}, from util-linux"); package util-linux util-linux; }
 done
+# hack/cluster.sh tells a live process by `ps` and finds leftovers with `pgrep`; the
+# real-Ray pod network is set up with `sysctl`.
+for tool in ps pgrep sysctl; do
+  command -v "${tool}" >/dev/null 2>&1 || { missing+=("${tool}, from procps"); package procps procps-ng; }
+done
+# The real-Ray pods' readiness probes are KubeRay's `wget ... | grep success`, run here.
+command -v wget >/dev/null 2>&1 || { missing+=("wget (the real-Ray pods' probes)"); package wget wget; }
 # TLS to PyPI and the Go module proxy (Go reads the system's CA bundle).
 if [[ ! -s "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}" && ! -s /etc/pki/tls/certs/ca-bundle.crt ]]; then
   missing+=("the system's CA certificates (Go verifies the module proxy with them)")

@@ -23,7 +23,8 @@ def stand_in(bin_dir: pathlib.Path, name: str, body: str) -> None:
 
 
 def machine(tmp_path: pathlib.Path, *, python: str | None = "3.11.2", go: str | None = "1.26.8",
-            tools: tuple[str, ...] = ("make", "openssl", "ip", "flock", "unshare"),
+            tools: tuple[str, ...] = ("make", "openssl", "ip", "flock", "unshare", "ps", "pgrep",
+                                   "sysctl", "wget"),
             apt: bool = True, venv: bool = True, uid: int = 0) -> pathlib.Path:  # fmt: skip
     """A bin dir holding only the basics and the stand-ins asked for."""
     bin_dir = tmp_path / "bin"
@@ -68,11 +69,12 @@ def test_everything_missing_is_named_at_once_with_one_install_command(
 ) -> None:
     done = doctor(machine(tmp_path, python=None, go=None, tools=()), "run")
     assert done.returncode == 1
-    for what in ("Python 3.11+", "Go 1.26+", "make", "openssl", "iproute2", "flock", "unshare"):
+    for what in ("Python 3.11+", "Go 1.26+", "make", "openssl", "iproute2", "flock", "unshare",
+                 "procps", "wget"):  # fmt: skip
         assert what in done.stderr, what
     install = [line for line in done.stderr.splitlines() if line.startswith("install them")]
-    packages = "iproute2 make openssl python3 python3-venv util-linux"
-    assert install == [f"install them with:  apt-get install -y {packages}"]
+    packages = "iproute2 make openssl procps python3 python3-venv util-linux wget"
+    assert install == [f"install them with:  apt-get update && apt-get install -y {packages}"]
 
 
 def test_old_versions_and_a_python_without_venv_are_named(tmp_path: pathlib.Path) -> None:
@@ -83,7 +85,7 @@ def test_old_versions_and_a_python_without_venv_are_named(tmp_path: pathlib.Path
     novenv = doctor(machine(tmp_path / "novenv", venv=False), "run")
     assert novenv.returncode == 1
     assert "venv module" in novenv.stderr
-    assert "apt-get install -y python3-venv" in novenv.stderr
+    assert "apt-get update && apt-get install -y python3-venv" in novenv.stderr
 
 
 def test_make_test_needs_root_and_make_run_does_not(tmp_path: pathlib.Path) -> None:
@@ -97,6 +99,7 @@ def test_make_test_needs_root_and_make_run_does_not(tmp_path: pathlib.Path) -> N
 
 
 def test_without_a_known_package_manager_it_names_the_packages(tmp_path: pathlib.Path) -> None:
-    done = doctor(machine(tmp_path, tools=("make", "ip", "flock", "unshare"), apt=False), "run")
+    tools = ("make", "ip", "flock", "unshare", "ps", "pgrep", "sysctl", "wget")
+    done = doctor(machine(tmp_path, tools=tools, apt=False), "run")
     assert done.returncode == 1
     assert "package manager: openssl" in done.stderr
