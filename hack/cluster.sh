@@ -50,7 +50,8 @@ alive() {
 # ours PID: PID is alive and is the harness of this CLUSTER_DIR (not a reused pid).
 ours() {
   local cmdline
-  cmdline="$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" || return 1
+  # (the redirect's own error, for a pid that is gone, is inside the braces' 2>/dev/null)
+  { cmdline="$(tr '\0' ' ' <"/proc/$1/cmdline")"; } 2>/dev/null || return 1
   [[ "${cmdline}" == *"runtime.testing.controlplane up "*"--kubeconfig-out ${DIR}/kubeconfig "* ]]
 }
 
@@ -133,6 +134,11 @@ up() {
     </dev/null >"${DIR}/log" 2>&1 &
   pid=$!
   echo "${pid}" >"${DIR}/pid"
+  # Ctrl-C (or a TERM) while it starts: the harness runs in a session of its own, so the
+  # terminal's SIGINT never reaches it; stop it here rather than leave it running.
+  # shellcheck disable=SC2064 # the pid is fixed now
+  trap "err 'interrupted during start-up; stopping what it started'; \
+    stop_run ${pid} && rm -f '${DIR}/pid' '${DIR}/state'; exit 130" INT TERM
   local deadline=$((SECONDS + UP_TIMEOUT))
   while ! grep -q '^KUBECONFIG=' "${DIR}/log" 2>/dev/null; do
     if ! alive "${pid}"; then
@@ -140,10 +146,12 @@ up() {
       wait "${pid}" || code=$?
       err "the control plane exited during start-up (exit code ${code}); last lines of ${DIR}/log:"
       tail -n "${LOG_LINES}" "${DIR}/log" >&2
+      trap - INT TERM
       stop_run "" && rm -f "${DIR}/pid" "${DIR}/state"
       return 1
     fi
     if ((SECONDS >= deadline)); then
+      trap - INT TERM
       err "not ready after ${UP_TIMEOUT}s (CLUSTER_UP_TIMEOUT); stopping what it started"
       stop_run "${pid}" && rm -f "${DIR}/pid" "${DIR}/state" && err "stopped"
       err "last lines of ${DIR}/log:"
@@ -152,6 +160,7 @@ up() {
     fi
     sleep 0.1
   done
+  trap - INT TERM
   grep -E '^(control plane|KUBECONFIG=)' "${DIR}/log"
 }
 
