@@ -12,10 +12,12 @@ which is expected and must not reach the loop's exception handler as "never retr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import pathlib
 import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from runtime import tls
 from runtime.client import client as client_
@@ -47,24 +49,29 @@ def client_connections_to(port: int) -> int:
     )
 
 
-async def test_close_aborts_a_cancelled_watchs_tls_shutdown(tmp_path: pathlib.Path) -> None:
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+CHUNK = b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
+
+
+@contextlib.asynccontextmanager
+async def cancelled_watch(
+    tmp_path: pathlib.Path, serve: Serve
+) -> AsyncIterator[tuple[client_.Client, int]]:
+    """A TLS server answering with ``serve``, a client watching it until its first event,
+    then that watch cancelled; yields the client and the server's port. Afterwards every
+    server connection is aborted and its handler awaited."""
     ca, pair = tls.self_signed(tmp_path, ip_addresses=["127.0.0.1"])
     server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ssl.load_cert_chain(pair.cert, pair.key)
-    server_transports: list[asyncio.Transport] = []
+    handlers: list[tuple[asyncio.Task[None], asyncio.StreamWriter]] = []
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append((asyncio.current_task(), writer))  # type: ignore[arg-type]
         await reader.readuntil(b"\r\n\r\n")
-        chunk = b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n" + chunk)  # fmt: skip
-        await writer.drain()
-        transport = writer.transport
-        assert isinstance(transport, asyncio.Transport)
-        transport.pause_reading()  # never reads the client's close_notify
-        server_transports.append(transport)
+        await serve(reader, writer)
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ssl)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ssl)
     port = server.sockets[0].getsockname()[1]
     c = client_.Client(
         kubeconfig.Credentials(host=f"https://127.0.0.1:{port}", ssl_ca_cert=str(ca.cert))
@@ -81,69 +88,50 @@ async def test_close_aborts_a_cancelled_watchs_tls_shutdown(tmp_path: pathlib.Pa
         assert client_connections_to(port) == 1
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await asyncio.sleep(0.2)  # the graceful shutdown is under way, and stays so
-        assert client_connections_to(port) == 1
-        await c.close()
-        assert client_connections_to(port) == 0
+        yield c, port
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        for transport in server_transports:
-            transport.abort()
+        for _, writer in handlers:
+            writer.transport.abort()
+        await asyncio.gather(*(t for t, _ in handlers), return_exceptions=True)
         server.close()
         await server.wait_closed()
 
 
-async def test_a_shutdown_ended_by_the_servers_data_logs_no_error(tmp_path: pathlib.Path) -> None:
-    ca, pair = tls.self_signed(tmp_path, ip_addresses=["127.0.0.1"])
-    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ssl.load_cert_chain(pair.cert, pair.key)
-    writers: list[asyncio.StreamWriter] = []
-    serving: list[asyncio.Task[None]] = []
+async def test_close_aborts_a_cancelled_watchs_tls_shutdown(tmp_path: pathlib.Path) -> None:
+    async def serve(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEADERS + CHUNK)
+        await writer.drain()
+        writer.transport.pause_reading()  # never reads the client's close_notify
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        serving.append(asyncio.current_task())  # type: ignore[arg-type]
-        await reader.readuntil(b"\r\n\r\n")
-        writers.append(writer)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+    async with cancelled_watch(tmp_path, serve) as (c, port):
+        await asyncio.sleep(0.2)  # the graceful shutdown is under way, and stays so
+        assert client_connections_to(port) == 1
+        await c.close()
+        assert client_connections_to(port) == 0
+
+
+async def test_a_shutdown_ended_by_the_servers_data_logs_no_error(tmp_path: pathlib.Path) -> None:
+    async def serve(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEADERS)
         writer.transport.pause_reading()  # so it never sees the client's close_notify
         while not writer.is_closing():  # events, also after the client's close_notify
-            writer.write(b"%x\r\n%s\r\n" % (len(EVENT), EVENT))
+            writer.write(CHUNK)
             await asyncio.sleep(0.01)
 
     loop = asyncio.get_running_loop()
     reported: list[str] = []
     previous = loop.get_exception_handler()
     loop.set_exception_handler(lambda _, context: reported.append(str(context.get("message"))))
-    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ssl)
-    port = server.sockets[0].getsockname()[1]
-    c = client_.Client(
-        kubeconfig.Credentials(host=f"https://127.0.0.1:{port}", ssl_ca_cert=str(ca.cert))
-    )
-    seen = asyncio.Event()
-
-    async def watch() -> None:
-        async for _ in c.watch(CONFIGMAPS, "ns"):
-            seen.set()
-
-    task = asyncio.create_task(watch())
     try:
-        await asyncio.wait_for(seen.wait(), 10)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await asyncio.sleep(0.3)  # the server's events meet the client's close_notify
-        await c.close()
-        assert client_connections_to(port) == 0
-        del task
+        async with cancelled_watch(tmp_path, serve) as (c, port):
+            await asyncio.sleep(0.3)  # the server's events meet the client's close_notify
+            await c.close()
+            assert client_connections_to(port) == 0
         for _ in range(3):
             gc.collect()
             await asyncio.sleep(0)
         assert not [m for m in reported if "never retrieved" in m], reported
     finally:
         loop.set_exception_handler(previous)
-        for writer in writers:
-            writer.transport.abort()
-        await asyncio.gather(*serving, return_exceptions=True)
-        server.close()
-        await server.wait_closed()
