@@ -47,7 +47,7 @@ venv: $(STAMP) $(WHEELHOUSE_STAMP) ## Create .venv with the framework and the op
 # Every missing prerequisite named at once, with its install command (hack/doctor.sh):
 # the first thing `make test` and `make run` do, before anything long starts.
 .PHONY: doctor
-doctor: ## Check the README's prerequisites (Python 3.11+, Go 1.26+, make, openssl, iproute2, root); name what is missing
+doctor: ## Check the README's prerequisites (Python 3.11+, Go 1.26+, make, openssl, iproute2, procps, wget, root); name what is missing
 	@PYTHON=$(PYTHON) hack/doctor.sh test
 
 .PHONY: doctor-run
@@ -165,10 +165,11 @@ manifests: $(STAMP) ## Generate CRDs (from api/v1) and config/rbac/role.yaml (fr
 
 # Ours vs KubeRay v1.7.0 (N = 1, 200 and 1,000 RayServices, head-only at 1,000) and ours vs
 # Kopf, one run; writes hack/bench/results/<date>.json and the table in
-# docs/operator/performance.md. KubeRay v1.7.0 is built once from a KubeRay checkout: KUBERAY_SOURCE=<checkout> (the Go module proxy
-# serves up to v1.5.0: BENCH_COMPARE_FLAGS="--kuberay-version v1.5.0" needs none). The full
-# run takes hours (15 min of steady state per operator and N); BENCH_COMPARE_FLAGS=
-# "--steady-seconds 60" is the one that page shows.
+# docs/operator/performance.md. KubeRay v1.7.0 is built once from a KubeRay checkout:
+# KUBERAY_SOURCE=<checkout> (the Go module proxy serves up to v1.5.0:
+# BENCH_COMPARE_FLAGS="--kuberay-version v1.5.0" needs none). The full run takes hours
+# (15 min of steady state per operator and N); BENCH_COMPARE_FLAGS="--steady-seconds 60"
+# is the one that page shows.
 BENCH_COMPARE_FLAGS ?=
 .PHONY: bench-compare
 bench-compare: $(STAMP) controlplane ray ## Ours vs KubeRay v1.7.0 (simulated and real Ray) and vs Kopf; results JSON + the docs table
@@ -187,9 +188,9 @@ bench-churn: $(STAMP) controlplane ## Spec churn: N RayServices' serveConfigV2 c
 	$(PY) hack/bench/churn.py --services $${BENCH_SERVICES:-20} --seconds $${BENCH_SECONDS:-60} --interval $${BENCH_INTERVAL:-1}
 
 # Issue 23's side-by-side (docs/operator/performance.md, Incremental upgrades): ours alone
-# unless told otherwise;
-# BENCH_INCREMENTAL_FLAGS="--operator both" adds KubeRay v1.7.0 (built first with
-# KUBERAY_VERSION=v1.7.0 KUBERAY_SOURCE=<checkout> hack/peers/kuberay.sh). Root: pod network, port 80.
+# unless told otherwise; BENCH_INCREMENTAL_FLAGS="--operator both" adds KubeRay v1.7.0
+# (built first with KUBERAY_VERSION=v1.7.0 KUBERAY_SOURCE=<checkout> hack/peers/kuberay.sh).
+# Root: pod network, port 80.
 BENCH_INCREMENTAL_FLAGS ?= --operator ours
 .PHONY: bench-incremental
 bench-incremental: $(STAMP) controlplane traefik gateway-api ## Incremental upgrades through Traefik: status writes at rest and per step, failed requests

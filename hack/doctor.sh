@@ -2,8 +2,8 @@
 # Name every missing prerequisite at once, each with the command that installs it, before
 # anything long starts (`make doctor`; the first step of `make test` and `make run`).
 # The prerequisites are the README's: Python 3.11+ with its venv module, Go 1.26+, make,
-# openssl, iproute2 (`ip`), procps, wget, CA certificates, and for `make test` root (the test pod network: network
-# namespaces and veth pairs). Everything else a test or `make run` uses is installed by
+# openssl, iproute2 (`ip`), procps, wget, CA certificates, and for `make test` root (the
+# test pod network: network namespaces and veth pairs). Everything else a test or `make run` uses is installed by
 # the make targets themselves and cached by version under the user's cache directory
 # (the control plane, kwok, Helm, Traefik, the Gateway API CRDs, Ray, Redis, Kopf,
 # KubeRay's peer build), so it is not checked here.

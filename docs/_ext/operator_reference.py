@@ -36,6 +36,7 @@ no argument, option or content: in MyST, a fence whose info string is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import pathlib
@@ -357,15 +358,20 @@ class _Table(sphinx_docutils.SphinxDirective):
         raise NotImplementedError
 
     def run(self) -> list[nodes.Node]:
-        for package in _PACKAGES:  # rebuilt whenever the code or the chart changes
-            for source in sorted((ROOT / package).rglob("*.py")):
-                self.env.note_dependency(str(source))
-        self.env.note_dependency(str(VALUES))
+        for source in _sources():  # rebuilt whenever the code or the chart changes
+            self.env.note_dependency(source)
         group = nodes.tgroup(cols=len(self.headers))
         group += [nodes.colspec(colwidth=width) for width in self.widths]
         group += nodes.thead("", _row([nodes.paragraph(text=h) for h in self.headers]))
         group += nodes.tbody("", *(_row(cells) for cells in self.rows()))
         return [nodes.table("", group, classes=["operator-reference"])]
+
+
+@functools.cache
+def _sources() -> tuple[str, ...]:
+    """The files the tables are read from (walked once per build, not once per table)."""
+    code = (str(f) for package in _PACKAGES for f in sorted((ROOT / package).rglob("*.py")))
+    return (*code, str(VALUES))
 
 
 def _row(cells: Sequence[nodes.Element]) -> nodes.row:

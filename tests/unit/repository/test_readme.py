@@ -18,18 +18,18 @@ import re
 import pytest
 
 from tests.unit import helpers
+from tests.unit.repository import test_docs
 
 README = helpers.ROOT / "README.md"
 PERFORMANCE = helpers.ROOT / "docs" / "operator" / "performance.md"
 PAGES = [README, *sorted((helpers.ROOT / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 MAKE = re.compile(r"(?:^|&&|;|\|\|)\s*(?:[A-Z_]+=\S+\s+)*make ([a-z][a-z0-9-]*)", re.MULTILINE)
 PACKAGE = re.compile(r'\bpackage "?([a-z][a-z0-9.+-]*)"? "?[a-z][a-z0-9.+-]*"?\s*(?:;|$)', re.M)
 APT = re.compile(r"apt-get install -y(?: -qq)? ([a-z0-9 .+-]+)")
 
 
 def shell_blocks(page: pathlib.Path) -> list[str]:
-    return [body for info, body in FENCE.findall(page.read_text()) if info == "sh"]
+    return [body for info, body, _ in test_docs.blocks(page) if info == "sh"]
 
 
 def make_targets() -> set[str]:
@@ -73,7 +73,7 @@ def test_the_two_commands_and_every_make_target_named_exist() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(helpers.ROOT).as_posix())
 def test_relative_links_resolve(page: pathlib.Path) -> None:
-    text = re.sub(r"`[^`\n]*`", "", FENCE.sub("", page.read_text()))
+    text = re.sub(r"`[^`\n]*`", "", test_docs.FENCE.sub("", page.read_text()))
     broken = []
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
         if re.match(r"[a-z]+:", target) or target.startswith("#"):
