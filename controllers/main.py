@@ -85,7 +85,7 @@ import json
 import os
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import structlog
@@ -93,7 +93,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict, SettingsError
 
 import controllers
-from controllers import configuration, features, rayservice, webhooks
+from controllers import configuration, environment, features, rayservice, webhooks
 from controllers.raycluster import pods as raycluster_pods
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
@@ -523,30 +523,39 @@ def _metrics_tls(settings: Settings) -> dict[str, Any]:
 
 
 def _rayservice_options(
-    settings: Settings, *, gateway_api: bool = False
+    settings: Settings, *, gateway_api: bool = False, environ: Mapping[str, str] = os.environ
 ) -> rayservice_reconciler.Options:
+    env = environment.Environment.read(environ)
     return rayservice_reconciler.Options(
         address_mode=settings.dashboard_address_mode,
+        cluster_domain=env.cluster_domain,
         serve_poll_max=settings.serve_poll_max,
+        zero_downtime=env.zero_downtime,
         gateway_api=gateway_api,
         incremental_upgrade=settings.gates().enabled("RayServiceIncrementalUpgrade"),
     )
 
 
 def _raycluster_options(
-    config: configuration.Configuration | None,
-) -> raycluster_reconciler.Options | None:
-    """The pod defaults of KubeRay's Configuration file, if one was given."""
-    if config is None:
-        return None
-    return raycluster_reconciler.Options(
-        pod_defaults=raycluster_pods.PodDefaults(
+    config: configuration.Configuration | None, *, environ: Mapping[str, str] = os.environ
+) -> raycluster_reconciler.Options:
+    """KubeRay's environment variables, and the pod defaults of its Configuration file if one
+    was given."""
+    env = environment.Environment.read(environ)
+    defaults = raycluster_pods.PodDefaults()
+    if config is not None:
+        defaults = raycluster_pods.PodDefaults(
             head_sidecars=tuple(config.head_sidecar_containers),
             worker_sidecars=tuple(config.worker_sidecar_containers),
             env=tuple(config.default_container_envs),
             annotations=config.default_pod_annotations,
             labels=config.default_pod_labels,
         )
+    return raycluster_reconciler.Options(
+        cluster_domain=env.cluster_domain,
+        random_pod_delete=env.random_pod_delete,
+        pod_defaults=defaults,
+        redis_cleanup=env.redis_cleanup,
     )
 
 

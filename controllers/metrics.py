@@ -75,7 +75,7 @@ import api.v1 as v1
 from api.v1 import raycluster as raycluster_api
 from api.v1 import rayservice as rayservice_api
 from controllers.raycluster import interface as raycluster_interface
-from runtime import clock, metrics
+from runtime import clock, conditions, metrics
 from runtime.cache import informer as informer_
 
 __all__ = [
@@ -138,15 +138,6 @@ def _gauge(name: str) -> core.GaugeMetricFamily:
     return core.GaugeMetricFamily(name, _HELP[name], labels=_LABELS[name])
 
 
-def _condition_true(obj: Obj, type_: str) -> bool:
-    """Whether ``obj`` has condition ``type_`` with status ``True`` (Go's
-    ``meta.IsStatusConditionTrue``)."""
-    for condition in (obj.get("status") or {}).get("conditions") or ():
-        if condition.get("type") == type_:
-            return bool(condition.get("status") == "True")
-    return False
-
-
 def _identity(obj: Obj) -> list[str]:
     meta = obj["metadata"]
     return [str(meta.get("name", "")), str(meta.get("namespace", "")), str(meta.get("uid", ""))]
@@ -167,7 +158,7 @@ class ProvisionedDurations:
         it): set the series when ``RayClusterProvisioned`` turned ``True``. Returns whether
         it did."""
         provisioned = raycluster_api.ConditionType.PROVISIONED
-        if _condition_true(before, provisioned) or not _condition_true(
+        if conditions.is_true(before, provisioned) or not conditions.is_true(
             {"status": status}, provisioned
         ):
             return False
@@ -233,7 +224,7 @@ class Collector(registry_.Collector):
             labels = cluster["metadata"].get("labels") or {}
             owner = labels.get(raycluster_interface.ORIGINATED_FROM_CRD_LABEL, _NO_OWNER)
             info.add_metric([*_identity(cluster), str(owner)], 1)
-            condition = _condition_true(cluster, raycluster_api.ConditionType.PROVISIONED)
+            condition = conditions.is_true(cluster, raycluster_api.ConditionType.PROVISIONED)
             provisioned.add_metric([*_identity(cluster), _bool(condition)], 1)
         service_info = _gauge(SERVICE_INFO)
         ready = _gauge(SERVICE_CONDITION_READY)
@@ -242,8 +233,8 @@ class Collector(registry_.Collector):
         for service in self._objects(1):
             identity = _identity(service)
             service_info.add_metric(identity, 1)
-            ready.add_metric([*identity, _bool(_condition_true(service, types.READY))], 1)
-            in_progress = _condition_true(service, types.UPGRADE_IN_PROGRESS)
+            ready.add_metric([*identity, _bool(conditions.is_true(service, types.READY))], 1)
+            in_progress = conditions.is_true(service, types.UPGRADE_IN_PROGRESS)
             upgrading.add_metric([*identity, _bool(in_progress)], 1)
         families = [
             info,

@@ -14,7 +14,9 @@ The pieces, bottom up (each module's docstring is its contract):
 - :mod:`runtime.cache`: watch-fed informers and the cache reader reconcilers
   read from (zero GETs per reconcile, no copies, write-through of our own writes).
 - :mod:`runtime.status`: the status writer - no write when nothing meaningful
-  changed, optimistic concurrency, conflicts resolved or reported stale.
+  changed, optimistic concurrency, conflicts resolved or reported stale;
+  :mod:`runtime.conditions`: ``metav1.Condition`` lookup and the
+  ``lastTransitionTime`` rule, for the status you compute.
 - :mod:`runtime.objects`: change-gated ``create_or_update``, owner references, finalizers.
 - :mod:`runtime.quantity`: Kubernetes quantities parsed to exact values (``"1000m"``
   is ``"1"``), so that both of the above compare them as the API server means them.
@@ -53,6 +55,7 @@ from runtime import (
     cache,
     client,
     clock,
+    conditions,
     controller,
     delegatedauth,
     events,
@@ -98,6 +101,7 @@ __all__ = [
     "cache",
     "client",
     "clock",
+    "conditions",
     "controller",
     "delegatedauth",
     "events",

@@ -57,7 +57,6 @@ __all__ = [
     "camel",
     "error_messages",
     "field_path",
-    "find_condition",
 ]
 
 INT32_MAX = 2**31 - 1
@@ -171,15 +170,6 @@ class Condition(Model):
 
 Conditions = Annotated[list[Condition], Schema(CONDITION_LIST)]
 """A ``conditions`` list: ``metav1.Condition`` s, one per ``type``."""
-
-
-def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
-    """The condition of ``type_`` in ``conditions``, or ``None``.
-
-    >>> find_condition([], "Ready") is None
-    True
-    """
-    return next((c for c in conditions if c.type == type_), None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

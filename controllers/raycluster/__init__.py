@@ -6,7 +6,7 @@ status, and no request at all once a cluster has converged.
 - :mod:`controllers.raycluster.pods`, :mod:`~controllers.raycluster.services`,
   :mod:`~controllers.raycluster.autoscaler`: pure builders of the head and worker
   pods, the head (and serve) service, and the autoscaler's sidecar and RBAC;
-- :mod:`controllers.raycluster.status`: the status, computed in one pure function;
+- :mod:`controllers.raycluster.report`: the status, computed in one pure function;
 - :mod:`controllers.raycluster.redis_cleanup`: GCS fault tolerance's Redis clean-up
   finalizer and Job;
 - :mod:`controllers.raycluster.reconciler`: one reconcile pass.

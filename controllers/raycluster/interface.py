@@ -25,8 +25,8 @@ from controllers.raycluster import (
     names,
     pods,
     redis_cleanup,
+    report,
     services,
-    status,
     validation,
 )
 
@@ -92,7 +92,7 @@ identifier = names.identifier
 problems = validation.problems
 service_template_problems = validation.service_template_problems
 is_head = pods.is_head
-is_running_and_ready = status.is_running_and_ready
+is_running_and_ready = report.is_running_and_ready
 
 
 def pod_selector(cluster_name: str) -> str:

@@ -60,7 +60,7 @@ the cache (never from the API server), and in KubeRay v1.5.0's order:
    without a replica name (made before replica indexing) counts as an incomplete
    replica and is deleted; KubeRay ignores such pods and creates full replicas next to
    them;
-5. computes the status (:func:`controllers.raycluster.status.compute`) from the
+5. computes the status (:func:`controllers.raycluster.report.compute`) from the
    cache - which already holds this pass's own creates and deletes (write-through) -
    and hands it to the :class:`~runtime.status.StatusWriter`, which writes only
    when it means something new.
@@ -90,7 +90,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -106,10 +105,10 @@ from controllers.raycluster import (
     names,
     pods,
     redis_cleanup,
+    report,
     services,
     validation,
 )
-from controllers.raycluster import status as status_
 from runtime import clock, events, objects, reconcile
 from runtime import status as runtime_status
 from runtime.cache import cache as cache_
@@ -122,34 +121,24 @@ _REQUEUE_SHORT = 2.0  # seconds: KubeRay's DefaultRequeueDuration
 _Result = reconcile.Result  # in annotations, where the method `reconcile` hides the module
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() == "true"
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Options:
     """How the reconciler builds pods. Every field states its default."""
 
-    cluster_domain: str = dataclasses.field(
-        default_factory=lambda: os.environ.get("CLUSTER_DOMAIN") or "cluster.local"
-    )
-    """The DNS domain in worker addresses. Default ``$CLUSTER_DOMAIN``, else ``cluster.local``."""
+    cluster_domain: str = "cluster.local"
+    """The DNS domain in worker addresses. Default ``cluster.local`` (the operator's ``main``
+    passes ``$CLUSTER_DOMAIN``, :mod:`controllers.environment`)."""
     created_by: str = names.CREATED_BY
     """The ``app.kubernetes.io/created-by`` label value. Default ``rayservice-operator``."""
-    random_pod_delete: bool = dataclasses.field(
-        default_factory=lambda: _env_flag("ENABLE_RANDOM_POD_DELETE")
-    )
+    random_pod_delete: bool = False
     """Scale autoscaled groups down without ``workersToDelete`` (KubeRay's
-    ``ENABLE_RANDOM_POD_DELETE``). Default ``$ENABLE_RANDOM_POD_DELETE == "true"``."""
+    ``ENABLE_RANDOM_POD_DELETE``). Default off."""
     pod_defaults: pods.PodDefaults = dataclasses.field(default_factory=pods.PodDefaults)
     """Sidecars, env vars, annotations and labels added to every pod (KubeRay's
     ``Configuration`` file). Default none."""
-    redis_cleanup: bool = dataclasses.field(
-        default_factory=lambda: os.environ.get(redis_cleanup.ENABLE_ENV, "").lower() != "false"
-    )
+    redis_cleanup: bool = True
     """Hold GCS fault-tolerant (Redis) clusters with the clean-up finalizer until a Job has
-    deleted their Redis keys (KubeRay's ``ENABLE_GCS_FT_REDIS_CLEANUP``). Default
-    ``$ENABLE_GCS_FT_REDIS_CLEANUP`` is not ``false`` (any case)."""
+    deleted their Redis keys (KubeRay's ``ENABLE_GCS_FT_REDIS_CLEANUP``). Default on."""
 
 
 class MetricsObserver(Protocol):
@@ -167,7 +156,7 @@ class MetricsObserver(Protocol):
 class _ReplicaFailure(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"{reason}: {message}")
-        self.failure = status_.Failure(reason, message)
+        self.failure = report.Failure(reason, message)
 
 
 class Reconciler:
@@ -373,7 +362,7 @@ class Reconciler:
         return [p for p in found if pods.node_type_of(p) != pods.REDIS_CLEANUP]
 
     async def _write_status(
-        self, obj: Obj, cluster: v1.RayCluster, failure: status_.Failure | None
+        self, obj: Obj, cluster: v1.RayCluster, failure: report.Failure | None
     ) -> None:
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         found = await self._cluster_pods(namespace, name)
@@ -383,7 +372,7 @@ class Reconciler:
             )
         except errors.NotFound:
             head_service = None
-        new = status_.compute(cluster, found, head_service, failure=failure, now=self.now())
+        new = report.compute(cluster, found, head_service, failure=failure, now=self.now())
         result = await self.writer.update(obj, new)
         if result.writes and self.metrics is not None:
             self.metrics.status_written(obj, result.obj.get("status") or {})
@@ -395,10 +384,10 @@ class Reconciler:
         self.recorder.event(obj, "Warning", "InvalidRayClusterSpec", message, action="Validate")
         if cluster is None:
             return
-        failure = status_.Failure("InvalidRayClusterSpec", message)
+        failure = report.Failure("InvalidRayClusterSpec", message)
         # Its pods cannot exist (their labels or names would be invalid): nothing to list.
         await self.writer.update(
-            obj, status_.compute(cluster, [], None, failure=failure, now=self.now())
+            obj, report.compute(cluster, [], None, failure=failure, now=self.now())
         )
 
     # -- owned objects ----------------------------------------------------------------------
@@ -474,7 +463,7 @@ class Reconciler:
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         found = [p for p in await self._cluster_pods(namespace, name)
                  if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
-        phase = status_.suspend_phase(cluster)
+        phase = report.suspend_phase(cluster)
         if phase == raycluster_.ConditionType.SUSPENDING or (
             phase is None and cluster.spec.suspend
         ):
@@ -665,4 +654,4 @@ def _scale_down_order(running: list[Obj]) -> list[Obj]:
     newest_first = sorted(
         running, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""), reverse=True
     )
-    return sorted(newest_first, key=status_.is_running_and_ready)  # stable: not Ready first
+    return sorted(newest_first, key=report.is_running_and_ready)  # stable: not Ready first

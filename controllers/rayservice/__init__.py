@@ -5,7 +5,7 @@ downtime, level-based, with nothing that matters kept in memory.
 - :mod:`controllers.rayservice.clusters`: the RayClusters it owns (the spec hash,
   names derived from it, KubeRay's labels and annotations, in-place updates);
 - :mod:`controllers.rayservice.services`: its head and serve Services;
-- :mod:`controllers.rayservice.status`: the status, computed in one pure function;
+- :mod:`controllers.rayservice.report`: the status, computed in one pure function;
 - :mod:`controllers.rayservice.gateway` and :mod:`controllers.rayservice.incremental`:
   ``NewClusterWithIncrementalUpgrade``'s Gateway and HTTPRoute, and its state machine;
 - :mod:`controllers.rayservice.reconciler`: one reconcile pass (read it first).

@@ -15,7 +15,7 @@ The decisions, in order (the first three end the pass early):
    every cluster and the head and serve Services, until none is left, then
    ``Suspended``; once committed it completes even if ``spec.suspend`` turns false
    meanwhile. Resuming re-arms ``Ready=Initializing`` and goes on in the same pass
-   (:func:`controllers.rayservice.status.resumed`). **Timeout**: an
+   (:func:`controllers.rayservice.report.resumed`). **Timeout**: an
    ``ray.io/initializing-timeout`` that passed before the service was ever ready is
    terminal (KubeRay v1.7.0): ``InitializingTimeout`` and a Warning once, then no
    status write, whatever the spec becomes (only a suspend and resume starts it
@@ -64,7 +64,7 @@ differs; the head Service moves to the new cluster only when the step machine sa
 cluster's ``targetCapacity``, ``trafficRoutedPercent`` and ``lastTrafficMigratedTime``
 from those objects, so it changes only with a step.
 
-7. **status** (:func:`controllers.rayservice.status.compute`), and when to look
+7. **status** (:func:`controllers.rayservice.report.compute`), and when to look
    again: the next dashboard poll (2 s while converging, doubling to 10 s while
    ready and unchanged; never sooner than ``slow_dashboard_factor`` times what the
    dashboard took), the next ``delete-after``, the initializing deadline.
@@ -80,9 +80,8 @@ from typing import Any, Literal
 
 from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters, gateway, incremental, services, validation
-from controllers.rayservice import status as status_
-from runtime import clock, equality, objects, reconcile
+from controllers.rayservice import clusters, gateway, incremental, report, services, validation
+from runtime import clock, conditions, equality, objects, reconcile
 
 __all__ = [
     "ENDPOINTS_GRACE",
@@ -372,7 +371,7 @@ class Plan:
     """``SwitchedTraffic``'s message when traffic moves to another cluster."""
     status: Obj | None = None
     """The status to hand to the writer; None: no report this pass."""
-    report: status_.Observed | None = None
+    observed: report.Observed | None = None
     """What :attr:`status` was computed from (for :meth:`refused`)."""
     target: str | None = None
     """The cluster Serve runs on this pass."""
@@ -399,32 +398,32 @@ class Plan:
     def refused(self, serve_error: str | None) -> Obj:
         """The status to write instead when the PUT failed (Serve's answer, if it
         refused, in ``Ready``'s message; the target's applications as before)."""
-        assert self.report is not None
+        assert self.observed is not None
         assert self.now is not None
-        report = self.report
+        seen = self.observed
 
-        def unread(cluster: status_.ClusterReport | None) -> status_.ClusterReport | None:
+        def unread(cluster: report.ClusterReport | None) -> report.ClusterReport | None:
             if cluster is None or cluster.name != self.target:
                 return cluster
             return dataclasses.replace(cluster, applications=None)
 
         observed = dataclasses.replace(
-            report,
-            active=unread(report.active),
-            pending=unread(report.pending),
+            seen,
+            active=unread(seen.active),
+            pending=unread(seen.pending),
             serve_error=serve_error,
         )
-        return status_.compute(self.service, observed, now=clock.rfc3339(self.now))
+        return report.compute(self.service, observed, now=clock.rfc3339(self.now))
 
     def replaces_running_config(self) -> bool:
         """Whether the target ran Serve applications when this pass read it: the PUT then
         changes a running config in place, and the status must say what Serve runs after
         it (:meth:`submitted`). A first config (a new cluster) has nothing to correct: its
         applications appear at the next poll, as the status said before."""
-        report = self.report
-        if report is None:
+        seen = self.observed
+        if seen is None:
             return False
-        for cluster in (report.active, report.pending):
+        for cluster in (seen.active, seen.pending):
             if cluster is not None and cluster.name == self.target:
                 return bool(cluster.applications)
         return False
@@ -435,20 +434,20 @@ class Plan:
         submitting too), not those of the config it replaced - else this write reports
         the new generation with the old config's applications, and the next pass writes
         again to correct them. None when this pass reports nothing."""
-        if self.status is None or self.report is None or self.now is None:
+        if self.status is None or self.observed is None or self.now is None:
             return self.status
-        report = self.report
-        apps = status_.applications(details)
+        seen = self.observed
+        apps = report.applications(details)
 
-        def reread(cluster: status_.ClusterReport | None) -> status_.ClusterReport | None:
+        def reread(cluster: report.ClusterReport | None) -> report.ClusterReport | None:
             if cluster is None or cluster.name != self.target:
                 return cluster
             return dataclasses.replace(cluster, applications=apps)
 
         observed = dataclasses.replace(
-            report, active=reread(report.active), pending=reread(report.pending)
+            seen, active=reread(seen.active), pending=reread(seen.pending)
         )
-        return status_.compute(self.service, observed, now=clock.rfc3339(self.now))
+        return report.compute(self.service, observed, now=clock.rfc3339(self.now))
 
 
 # -- roles ----------------------------------------------------------------------------------
@@ -552,9 +551,9 @@ def suspend_phase(snapshot: Snapshot) -> SuspendPhase | None:
     service = snapshot.service
     spec = snapshot.validated.spec
     wanted = bool(spec is not None and spec.suspend)
-    if _condition_true(service, status_.SUSPENDED):
+    if conditions.is_true(service, report.SUSPENDED):
         return "suspended" if wanted else "resuming"
-    if _condition_true(service, status_.SUSPENDING):
+    if conditions.is_true(service, report.SUSPENDING):
         return "deleting"
     return "requested" if wanted else None
 
@@ -677,14 +676,14 @@ def plan(
     checked = snapshot.validated
     endpoints = snapshot.endpoints
 
-    def status(observed: status_.Observed) -> Obj:
-        return status_.compute(service, observed, now=now_text)
+    def status(observed: report.Observed) -> Obj:
+        return report.compute(service, observed, now=now_text)
 
     if checked.spec is None:
         message = "; ".join(checked.problems)
-        observed = status_.Observed(
+        observed = report.Observed(
             num_serve_endpoints=endpoints,
-            problem=status_.Problem(reason="ValidationFailed", message=message),
+            problem=report.Problem(reason="ValidationFailed", message=message),
         )
         return dataclasses.replace(
             base,
@@ -692,13 +691,13 @@ def plan(
                 service, "ValidationFailed", "InvalidRayServiceSpec", message, action="Validate"
             ),
             status=status(observed),
-            report=observed,
+            observed=observed,
             error=reconcile.TerminalError(message),
             memory=dataclasses.replace(memory, poll=None),
         )
     phase = suspend_phase(snapshot)
     if phase == "resuming":  # the pass goes on from a re-armed Initializing
-        service = {**service, "status": status_.resumed(service, now=now_text)}
+        service = {**service, "status": report.resumed(service, now=now_text)}
         snapshot = dataclasses.replace(snapshot, service=service)
         base = dataclasses.replace(base, service=service)
     elif phase is not None:
@@ -713,13 +712,13 @@ def plan(
         )
         if timed_out.message is None:  # it passed before
             return dataclasses.replace(base, clusters=retired, wake=wake, memory=Memory())
-        observed = status_.Observed(num_serve_endpoints=endpoints, timed_out=timed_out.message)
+        observed = report.Observed(num_serve_endpoints=endpoints, timed_out=timed_out.message)
         return dataclasses.replace(
             base,
             events=(Event("Warning", "RayServiceInitializingTimeout", timed_out.message),),
             clusters=retired,
             status=status(observed),
-            report=observed,
+            observed=observed,
             wake=wake,
             memory=Memory(),
         )
@@ -729,15 +728,15 @@ def plan(
         message = "; ".join(_not_ours(snapshot, s) for s in foreign)
         kind = _kind_of(snapshot, foreign[0])
         reason = "GatewayNotOwned" if kind in ("Gateway", "HTTPRoute") else "ServiceNotOwned"
-        observed = status_.Observed(
+        observed = report.Observed(
             num_serve_endpoints=endpoints,
-            problem=status_.Problem(reason=reason, message=message),
+            problem=report.Problem(reason=reason, message=message),
         )
         return dataclasses.replace(
             base,
             events=_warn_once(service, reason, reason, message),
             status=status(observed),
-            report=observed,
+            observed=observed,
             wake=(settings.serve_poll_max,),
         )
 
@@ -748,15 +747,15 @@ def plan(
             "did not serve when the operator started: install its CRDs and a gateway "
             "controller, then restart the operator"
         )
-        observed = status_.Observed(
+        observed = report.Observed(
             num_serve_endpoints=endpoints,
-            problem=status_.Problem(reason="GatewayAPIUnavailable", message=message),
+            problem=report.Problem(reason="GatewayAPIUnavailable", message=message),
         )
         return dataclasses.replace(
             base,
             events=_warn_once(service, "GatewayAPIUnavailable", "GatewayAPIUnavailable", message),
             status=status(observed),
-            report=observed,
+            observed=observed,
             error=reconcile.TerminalError(message),
         )
 
@@ -778,11 +777,11 @@ def _suspend(snapshot: Snapshot, phase: SuspendPhase, base: Plan, settings: Sett
     if phase == "suspended":
         return dataclasses.replace(base, memory=memory)
     if phase == "requested":
-        observed = status_.Observed(suspend="requested")
+        observed = report.Observed(suspend="requested")
         return dataclasses.replace(
             base,
-            status=status_.compute(service, observed, now=now_text),
-            report=observed,
+            status=report.compute(service, observed, now=now_text),
+            observed=observed,
             wake=(settings.serve_poll_interval,),
             memory=memory,
         )
@@ -793,7 +792,7 @@ def _suspend(snapshot: Snapshot, phase: SuspendPhase, base: Plan, settings: Sett
         if s is not None and objects.is_controlled_by(s, service)
     ]
     left = bool(snapshot.owned or ours)
-    observed = status_.Observed(suspend="deleting" if left else "suspended")
+    observed = report.Observed(suspend="deleting" if left else "suspended")
     spec = snapshot.validated.spec
     resume = not left and not (spec is not None and spec.suspend)
     return dataclasses.replace(
@@ -807,8 +806,8 @@ def _suspend(snapshot: Snapshot, phase: SuspendPhase, base: Plan, settings: Sett
         delete_services=tuple(
             DeleteService(s, why) for s in ours if not s["metadata"].get("deletionTimestamp")
         ),
-        status=status_.compute(service, observed, now=now_text),
-        report=observed,
+        status=report.compute(service, observed, now=now_text),
+        observed=observed,
         memory=memory,
     )
 
@@ -864,7 +863,7 @@ def _converge(
     dangling = [c for c in snapshot.owned if c["metadata"]["name"] not in claimed]
     # A pending cluster dropped because the spec went back to the active one's (it has
     # no delete-after yet: traffic never left it), until it is gone.
-    was_rolling_back = _condition_true(service, status_.ROLLBACK_IN_PROGRESS)
+    was_rolling_back = conditions.is_true(service, report.ROLLBACK_IN_PROGRESS)
     if stepwise:
         rolling_back = draining is not None
     else:
@@ -921,7 +920,7 @@ def _converge(
                 relabel = Relabel(view.head, None, view.client)  # asked after the PUT
             else:
                 relabel = _relabel(service, view)
-            apps = status_.applications(details)
+            apps = report.applications(details)
             ready = (
                 submit is None
                 and bool(apps)
@@ -983,7 +982,7 @@ def _converge(
         serving = dataclasses.replace(serving, delete_after=moved.delete_after)
 
     # 7. status and when to look again
-    def report(cluster: Obj | None) -> status_.ClusterReport | None:
+    def cluster_report(cluster: Obj | None) -> report.ClusterReport | None:
         if cluster is None:
             return None
         name = cluster["metadata"]["name"]
@@ -992,11 +991,11 @@ def _converge(
         read = (
             apps
             if cluster is target
-            else status_.applications(other_view.details)
+            else report.applications(other_view.details)
             if other_view is not None and other_view.cluster == name and other_view.details
             else None
         )
-        return status_.ClusterReport(
+        return report.ClusterReport(
             name=name,
             cluster_status=cluster.get("status"),
             applications=read,
@@ -1012,22 +1011,22 @@ def _converge(
             for c in (active, pending or draining)
             if c is not None
         )
-    observed = status_.Observed(
-        active=report(active),
-        pending=report(pending or draining if steps is not None else pending),
+    observed = report.Observed(
+        active=cluster_report(active),
+        pending=cluster_report(pending or draining if steps is not None else pending),
         num_serve_endpoints=endpoints,
         rolling_back=rolling_back,
         rollback_message=_ROLLBACK_MESSAGE if steps is not None and rolling_back else None,
         serve_error=getattr(failure, "refusal", None),
     )
-    serving = dataclasses.replace(serving, report=observed)
+    serving = dataclasses.replace(serving, observed=observed)
     if memory.moved is not None:
         waited = (now - memory.moved).total_seconds()
         if endpoints == 0 and waited < ENDPOINTS_GRACE and failure is None:
             # Woken by our own Service writes, before the EndpointSlice: not yet.
             return dataclasses.replace(serving, wake=(ENDPOINTS_GRACE - waited,))
         memory = dataclasses.replace(memory, moved=None)
-    written = status_.compute(service, observed, now=clock.rfc3339(now))
+    written = report.compute(service, observed, now=clock.rfc3339(now))
     poll = None
     if polled:
         poll, memory = _next_poll(
@@ -1420,7 +1419,7 @@ def _warn_once(
 ) -> tuple[Event, ...]:
     """A Warning, unless the status already reports exactly this (each repeat would be
     a write: the recorder's count PATCH)."""
-    ready = status_.condition(service.get("status"), status_.READY)
+    ready = conditions.of(service, report.READY)
     generation = int(service["metadata"].get("generation") or 0)
     if (
         ready is not None
@@ -1435,7 +1434,7 @@ def _warn_once(
 def _timed_out(snapshot: Snapshot, now: datetime.datetime) -> _TimedOut | None:
     """None: not timed out. Otherwise when (see :class:`_TimedOut`)."""
     service = snapshot.service
-    ready = status_.condition(service.get("status"), status_.READY)
+    ready = conditions.of(service, report.READY)
     if (
         ready is not None
         and ready.get("status") == "False"
@@ -1445,7 +1444,7 @@ def _timed_out(snapshot: Snapshot, now: datetime.datetime) -> _TimedOut | None:
     if snapshot.endpoints > 0:
         return None
     timeout = snapshot.validated.initializing_timeout
-    since = clock.parse_rfc3339(status_.initializing_since(service))
+    since = clock.parse_rfc3339(report.initializing_since(service))
     if timeout is None or since is None:
         return None
     spent = (now - since).total_seconds()
@@ -1461,7 +1460,7 @@ def _initializing_deadline(
     snapshot: Snapshot, written: Mapping[str, Any], now: datetime.datetime
 ) -> float | None:
     timeout = snapshot.validated.initializing_timeout
-    since = clock.parse_rfc3339(status_.initializing_since({**snapshot.service, "status": written}))
+    since = clock.parse_rfc3339(report.initializing_since({**snapshot.service, "status": written}))
     if timeout is None or since is None:
         return None
     return max(0.05, timeout - (now - since).total_seconds())
@@ -1470,7 +1469,7 @@ def _initializing_deadline(
 def _next_poll(
     memory: Memory, written: Mapping[str, Any], *, steady: bool, settings: Settings
 ) -> tuple[float, Memory]:
-    fingerprint = equality.normalize(dict(written), status_.VOLATILE)
+    fingerprint = equality.normalize(dict(written), report.VOLATILE)
     previous = memory.poll
     if steady and previous is not None and previous.fingerprint == fingerprint:
         interval = min(previous.interval * 2, settings.serve_poll_max)
@@ -1503,11 +1502,6 @@ def _retire(
         else:
             wake.append((after - now).total_seconds())
     return tuple(ops), tuple(wake)
-
-
-def _condition_true(service: Mapping[str, Any], type_: str) -> bool:
-    found = status_.condition(service.get("status"), type_)
-    return found is not None and found.get("status") == "True"
 
 
 def _delete_after_set(cluster: Mapping[str, Any]) -> bool:

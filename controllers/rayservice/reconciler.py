@@ -67,7 +67,7 @@ fixed, crash-safe order. What the pass decides:
    selects changes; an object of our name that we do not control is never
    touched: it is reported instead) - a pending target becomes active and the old
    active cluster gets its ``delete-after`` first;
-7. the status (:func:`controllers.rayservice.status.compute`), handed to the
+7. the status (:func:`controllers.rayservice.report.compute`), handed to the
    status writer (at most one write per pass, none when nothing changed). A pass
    that has just created or re-pointed the services does not report, nor do the
    passes after it while the serve service has no endpoint, for up to
@@ -92,7 +92,6 @@ import contextlib
 import copy
 import dataclasses
 import datetime
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -101,9 +100,8 @@ import structlog
 import api.v1 as v1
 from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import act, clusters, observe, tokens
+from controllers.rayservice import act, clusters, observe, report, tokens
 from controllers.rayservice import plan as plan_
-from controllers.rayservice import status as status_
 from runtime import clock, events, objects
 from runtime import reconcile as reconcile_
 from runtime import status as status_writer
@@ -122,10 +120,9 @@ class Options:
     address_mode: dashboard.Mode = "service"
     """How dashboards are addressed (:func:`controllers.ray.dashboard.address`). Default
     ``service`` (in-cluster DNS)."""
-    cluster_domain: str = dataclasses.field(
-        default_factory=lambda: os.environ.get("CLUSTER_DOMAIN") or "cluster.local"
-    )
-    """DNS domain of ``service`` addresses. Default ``$CLUSTER_DOMAIN``, else ``cluster.local``."""
+    cluster_domain: str = dashboard.DEFAULT_CLUSTER_DOMAIN
+    """DNS domain of ``service`` addresses. Default ``cluster.local`` (the operator's
+    ``main`` passes ``$CLUSTER_DOMAIN``, :mod:`controllers.environment`)."""
     serve_poll_interval: float = 2.0
     """Seconds between dashboard polls while converging. Default 2 s (KubeRay's)."""
     serve_poll_max: float = 10.0
@@ -136,15 +133,12 @@ class Options:
     time (20 % by default) and other RayServices' reconciles do not queue behind it.
     Default 4; a dashboard answering in milliseconds is polled as usual."""
 
-    zero_downtime: bool = dataclasses.field(
-        default_factory=lambda: os.environ.get("ENABLE_ZERO_DOWNTIME", "").lower() != "false"
-    )
+    zero_downtime: bool = True
     """Roll a changed ``rayClusterConfig`` out on a new cluster when the RayService's
     ``upgradeStrategy.type`` is unset (a set type always decides: KubeRay v1.7.0's
     precedence, :func:`controllers.rayservice.plan.new_cluster_upgrades`); off, such a
-    change is not applied, as with ``upgradeStrategy.type: None``. Default: on unless
-    ``$ENABLE_ZERO_DOWNTIME`` is ``false`` (any case; KubeRay's variable), read when the
-    options are made."""
+    change is not applied, as with ``upgradeStrategy.type: None``. Default on (the
+    operator's ``main`` passes ``$ENABLE_ZERO_DOWNTIME``, :mod:`controllers.environment`)."""
 
     incremental_upgrade: bool = True
     """The ``RayServiceIncrementalUpgrade`` feature gate (KubeRay v1.7.0's, default on):
@@ -189,7 +183,7 @@ class Reconciler:
         self.clock = clock
         self.writer = status_writer.StatusWriter(
             client,
-            volatile=status_.VOLATILE,
+            volatile=report.VOLATILE,
             stamps={"lastUpdateTime": self._now_text},
             latest=cache,  # a spec update meanwhile: STALE at once, not a 409
         )

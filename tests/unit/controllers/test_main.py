@@ -15,6 +15,7 @@ import structlog
 
 import controllers
 from controllers import main, rayservice
+from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
 from runtime import log, manager
 from runtime.client import client as client_
@@ -307,7 +308,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
             "rayservice_options": rayservice_reconciler.Options(
                 address_mode="service", serve_poll_max=10.0, gateway_api=True
             ),
-            "raycluster_options": None,
+            "raycluster_options": raycluster_reconciler.Options(),
             "enable_metrics": False,
         }
     ]
@@ -348,7 +349,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
             "rayservice_options": rayservice_reconciler.Options(
                 address_mode="pod-ip", serve_poll_max=30.0, gateway_api=True
             ),
-            "raycluster_options": None,
+            "raycluster_options": raycluster_reconciler.Options(),
             "enable_metrics": False,
         }
     ]
@@ -387,7 +388,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
             "rayservice_options": rayservice_reconciler.Options(
                 address_mode="kubernetes-proxy", serve_poll_max=10.0, gateway_api=True
             ),
-            "raycluster_options": None,
+            "raycluster_options": raycluster_reconciler.Options(),
             "enable_metrics": False,
         }
     ]
@@ -451,7 +452,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
             "rayservice_options": rayservice_reconciler.Options(
                 address_mode="kubernetes-proxy", serve_poll_max=10.0, gateway_api=True
             ),
-            "raycluster_options": None,
+            "raycluster_options": raycluster_reconciler.Options(),
             "enable_metrics": False,
         }
     ]

@@ -11,6 +11,7 @@ import pytest
 PUBLIC = [
     "runtime",
     "runtime.clock",
+    "runtime.conditions",
     "runtime.controller",
     "runtime.delegatedauth",
     "runtime.metrics",

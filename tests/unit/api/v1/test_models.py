@@ -14,7 +14,7 @@ import yaml
 
 import api.v1 as v1
 from api.v1 import meta, raycluster, rayservice
-from runtime import equality
+from runtime import conditions, equality
 from tests.unit import helpers
 
 ROOT = helpers.ROOT
@@ -95,7 +95,7 @@ def test_typed_access_to_a_kuberay_object() -> None:
     assert active.ray_cluster_status.head is not None
     assert active.ray_cluster_status.head.pod_ip == "198.18.1.17"
     assert (active.application_statuses or {})["summarize"].status == "RUNNING"
-    ready = meta.find_condition(svc.status.conditions, rayservice.ConditionType.READY)
+    ready = conditions.find(svc.status.conditions, rayservice.ConditionType.READY)
     assert ready is not None
     assert ready.status == "True"
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
+from controllers import main
 from controllers.raycluster import pods, redis_cleanup
 from controllers.raycluster import reconciler as reconciler_
 from runtime import clock
@@ -217,13 +218,11 @@ async def test_the_finalizer_is_written_before_any_pod_is_created(env: Env) -> N
 
 
 @pytest.mark.parametrize("flag", ["false", "FALSE"])
-async def test_no_finalizer_when_the_cleanup_is_turned_off(
-    env: Env, flag: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ENABLE_GCS_FT_REDIS_CLEANUP", flag)
-    assert reconciler_.Options().redis_cleanup is False
-    monkeypatch.setenv("ENABLE_GCS_FT_REDIS_CLEANUP", "anything")
-    assert reconciler_.Options().redis_cleanup is True
+async def test_no_finalizer_when_the_cleanup_is_turned_off(env: Env, flag: str) -> None:
+    off = main._raycluster_options(None, environ={"ENABLE_GCS_FT_REDIS_CLEANUP": flag})
+    assert off.redis_cleanup is False
+    on = main._raycluster_options(None, environ={"ENABLE_GCS_FT_REDIS_CLEANUP": "anything"})
+    assert on.redis_cleanup is True
     env.reconciler.options = reconciler_.Options(redis_cleanup=False)
     await converge(env, ft_cluster())
     assert "finalizers" not in (await env.cluster())["metadata"]

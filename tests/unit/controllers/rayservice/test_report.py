@@ -1,4 +1,4 @@
-"""controllers.rayservice.status.compute: the rules of its module docstring, one by one.
+"""controllers.rayservice.report.compute: the rules of its module docstring, one by one.
 
 Each test carries a status through passes the way the reconciler does (the output of
 one pass is the ``status`` of the next) with a moving ``now``, so a rule that kept or
@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from controllers.ray import dashboard
-from controllers.rayservice import status
+from controllers.rayservice import report
 from runtime import equality
 from tests.unit import helpers
 
@@ -34,8 +34,8 @@ def step(
     generation: int = 1,
     **observed: Any,
 ) -> dict[str, Any]:
-    new: dict[str, Any] = status.compute(
-        service(prev, generation=generation), status.Observed(**observed), now=now
+    new: dict[str, Any] = report.compute(
+        service(prev, generation=generation), report.Observed(**observed), now=now
     )
     return new
 
@@ -55,12 +55,12 @@ def triple(st: dict[str, Any], type_: str) -> tuple[str, str, str]:
     return c["status"], c["reason"], c["lastTransitionTime"]
 
 
-def active(**kw: Any) -> status.ClusterReport:
-    return status.ClusterReport(name=ACTIVE, **kw)
+def active(**kw: Any) -> report.ClusterReport:
+    return report.ClusterReport(name=ACTIVE, **kw)
 
 
-def pending(**kw: Any) -> status.ClusterReport:
-    return status.ClusterReport(name=PENDING, **kw)
+def pending(**kw: Any) -> report.ClusterReport:
+    return report.ClusterReport(name=PENDING, **kw)
 
 
 # -- Ready ---------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_zero_serve_endpoints_sticks_while_endpoints_stay_at_zero() -> None:
     s1 = step(s0, T[1], active=active(), num_serve_endpoints=0)
     s2 = step(s1, T[2], active=active(), num_serve_endpoints=0)
     assert triple(s2, "Ready") == ("False", "ZeroServeEndpoints", T[1])
-    assert status.initializing_since(service(s2)) is None
+    assert report.initializing_since(service(s2)) is None
     # and back
     s3 = step(s2, T[3], active=active(), num_serve_endpoints=1)
     assert triple(s3, "Ready") == ("True", "NonZeroServeEndpoints", T[3])
@@ -103,7 +103,7 @@ def test_initializing_keeps_its_start_for_the_same_generation() -> None:
     s1 = step(s0, T[5], pending=pending())
     s2 = step(s1, T[9], pending=pending(applications={"fruit": {"status": "DEPLOYING"}}))
     assert triple(s2, "Ready") == ("False", "Initializing", T[0])
-    assert status.initializing_since(service(s2)) == T[0]
+    assert report.initializing_since(service(s2)) == T[0]
 
 
 def test_initializing_restarts_on_a_new_generation() -> None:
@@ -113,8 +113,8 @@ def test_initializing_restarts_on_a_new_generation() -> None:
     assert cond(s1, "Ready")["observedGeneration"] == 2
     assert s1["observedGeneration"] == 2
     # as seen from generation 2, a generation-1 Initializing is not a start time
-    assert status.initializing_since(service(s0, generation=2)) is None
-    assert status.initializing_since(service(s1, generation=2)) == T[7]
+    assert report.initializing_since(service(s0, generation=2)) is None
+    assert report.initializing_since(service(s1, generation=2)) == T[7]
 
 
 def test_initializing_timeout_sticks_even_for_a_new_generation() -> None:
@@ -126,15 +126,15 @@ def test_initializing_timeout_sticks_even_for_a_new_generation() -> None:
 
     s2 = step(s1, T[20])  # nothing observed, same generation: still timed out
     assert cond(s2, "Ready") == cond(s1, "Ready")
-    assert status.initializing_since(service(s2)) is None  # no new timeout to count
+    assert report.initializing_since(service(s2)) is None  # no new timeout to count
 
     s3 = step(s2, T[30], generation=2, pending=pending())
     assert triple(s3, "Ready") == ("False", "InitializingTimeout", T[0])
-    assert status.initializing_since(service(s3, generation=2)) is None
+    assert report.initializing_since(service(s3, generation=2)) is None
 
 
 def test_validation_failed_then_fixed() -> None:
-    s0 = step(None, T[0], problem=status.Problem(reason="ValidationFailed", message="bad yaml"))
+    s0 = step(None, T[0], problem=report.Problem(reason="ValidationFailed", message="bad yaml"))
     c = cond(s0, "Ready")
     assert (c["status"], c["reason"], c["message"]) == ("False", "ValidationFailed", "bad yaml")
     assert s0["serviceStatus"] == ""
@@ -146,7 +146,7 @@ def test_validation_failed_then_fixed() -> None:
 def test_a_problem_wins_over_ready_endpoints() -> None:
     s0 = step(None, T[0], active=active(), num_serve_endpoints=1)
     s1 = step(s0, T[1], num_serve_endpoints=1,
-              problem=status.Problem(reason="ServiceNotOwned", message="x"))  # fmt: skip
+              problem=report.Problem(reason="ServiceNotOwned", message="x"))  # fmt: skip
     assert triple(s1, "Ready") == ("False", "ServiceNotOwned", T[1])
     assert s1["serviceStatus"] == ""
 
@@ -230,7 +230,7 @@ def test_suspend_then_resume() -> None:
         "Ready", "UpgradeInProgress", "RollbackInProgress", "Suspending", "Suspended"
     ]  # fmt: skip
 
-    back = status.resumed(service(s3), now=T[4])
+    back = report.resumed(service(s3), now=T[4])
     assert triple(back, "Suspended") == ("False", "RayServiceResumed", T[4])
     assert triple(back, "Ready") == ("False", "Initializing", T[4])
     assert triple(back, "UpgradeInProgress") == ("False", "Initializing", T[4])
@@ -245,7 +245,7 @@ def test_suspend_then_resume() -> None:
 
 
 def test_last_transition_time_moves_only_with_status() -> None:
-    s0 = step(None, T[0], problem=status.Problem(reason="ValidationFailed", message="a"))
+    s0 = step(None, T[0], problem=report.Problem(reason="ValidationFailed", message="a"))
     # same status False, another reason: the time stays
     s1 = step(s0, T[1], generation=2, active=active(), num_serve_endpoints=0)
     assert cond(s1, "Ready")["status"] == "False"
@@ -277,7 +277,7 @@ def test_applications_are_carried_over_for_the_same_cluster_only() -> None:
     }
 
     # the pending cluster became active: the old active's applications do not follow it
-    s2 = step(s1, T[2], active=status.ClusterReport(name=PENDING), num_serve_endpoints=1)
+    s2 = step(s1, T[2], active=report.ClusterReport(name=PENDING), num_serve_endpoints=1)
     assert s2["activeServiceStatus"] == {"rayClusterName": PENDING}
     assert "pendingServiceStatus" not in s2
 
@@ -296,16 +296,16 @@ def test_ray_cluster_status_is_copied_but_volatile() -> None:
     }
     after = step(before, T[1], active=active(cluster_status=three), num_serve_endpoints=1)
     assert after != before
-    assert equality.equal(before, after, volatile=status.VOLATILE)
+    assert equality.equal(before, after, volatile=report.VOLATILE)
     # but not when something else moved
     moved = step(
         before, T[1], active=active(cluster_status={"state": "ready"}), num_serve_endpoints=2
     )
-    assert not equality.equal(before, moved, volatile=status.VOLATILE)
+    assert not equality.equal(before, moved, volatile=report.VOLATILE)
     # the write stamp is volatile as well
     assert equality.equal(
         {**before, "lastUpdateTime": T[0]}, {**before, "lastUpdateTime": T[9]},
-        volatile=status.VOLATILE,
+        volatile=report.VOLATILE,
     )  # fmt: skip
 
 
@@ -322,7 +322,7 @@ def test_compute_does_not_modify_its_input() -> None:
     s0 = step(None, T[0], active=active(applications=RUNNING_APPS), num_serve_endpoints=1)
     svc = service(s0)
     frozen = copy.deepcopy(svc)
-    status.compute(svc, status.Observed(active=active(), suspend="requested"), now=T[5])
+    report.compute(svc, report.Observed(active=active(), suspend="requested"), now=T[5])
     assert svc == frozen
 
 
@@ -334,14 +334,14 @@ def _details(name: str) -> dashboard.ServeDetails:
 
 
 def test_applications_from_two_running() -> None:
-    assert status.applications(_details("get-two-running")) == {
+    assert report.applications(_details("get-two-running")) == {
         "echo": {"status": "RUNNING", "serveDeploymentStatuses": {"Echo": {"status": "HEALTHY"}}},
         "hello": {"status": "RUNNING", "serveDeploymentStatuses": {"Hello": {"status": "HEALTHY"}}},
     }
 
 
 def test_applications_from_deploy_failed_carries_the_message() -> None:
-    apps = status.applications(_details("get-deploy-failed"))
+    apps = report.applications(_details("get-deploy-failed"))
     assert sorted(apps) == ["broken", "hello"]
     broken = apps["broken"]
     assert broken["status"] == "DEPLOY_FAILED"
@@ -356,4 +356,4 @@ def test_applications_from_deploy_failed_carries_the_message() -> None:
 
 
 def test_applications_of_an_empty_answer() -> None:
-    assert status.applications(_details("get-empty")) == {}
+    assert report.applications(_details("get-empty")) == {}

@@ -1,4 +1,4 @@
-"""controllers.raycluster.status: the status as a pure function of the cache's view."""
+"""controllers.raycluster.report: the status as a pure function of the cache's view."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import api.v1 as v1
 from controllers.raycluster import pods as pods_
-from controllers.raycluster import status
+from controllers.raycluster import report
 
 T0, T1, T2 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
 
@@ -115,7 +115,7 @@ def test_desired_replicas_clamps_and_multiplies(
 def test_ready_when_the_head_and_every_desired_worker_run_and_are_ready() -> None:
     c = cluster()
     pods = [pod("h", "head", ip="198.18.0.9"), pod("w1"), pod("w2")]
-    s = status.compute(c, pods, HEADLESS, now=T0)
+    s = report.compute(c, pods, HEADLESS, now=T0)
     assert s["state"] == "ready"
     assert s["stateTransitionTimes"] == {"ready": T0}
     assert (s["readyWorkerReplicas"], s["availableWorkerReplicas"], s["desiredWorkerReplicas"]) == (
@@ -143,8 +143,8 @@ def test_not_ready_while_anything_is_missing(missing: str) -> None:
     pods = [pod("h", "head"), pod("w1"), pod("w2", ready=missing != "a worker not ready")]
     if missing == "a worker missing":
         pods.pop()
-    failure = status.Failure("FailedCreateWorkerPod", "bad") if missing == "a failure" else None
-    s = status.compute(c, pods, HEADLESS, failure=failure, now=T0)
+    failure = report.Failure("FailedCreateWorkerPod", "bad") if missing == "a failure" else None
+    s = report.compute(c, pods, HEADLESS, failure=failure, now=T0)
     assert "state" not in s
     if failure:
         assert conditions(s)["ReplicaFailure"] == ("True", "FailedCreateWorkerPod")
@@ -152,8 +152,8 @@ def test_not_ready_while_anything_is_missing(missing: str) -> None:
 
 def test_an_honest_state_leaves_ready_when_a_worker_is_lost() -> None:
     c = cluster()
-    ready = status.compute(c, [pod("h", "head"), pod("w1"), pod("w2")], HEADLESS, now=T0)
-    after = status.compute(again(c, ready), [pod("h", "head"), pod("w1")], HEADLESS, now=T1)
+    ready = report.compute(c, [pod("h", "head"), pod("w1"), pod("w2")], HEADLESS, now=T0)
+    after = report.compute(again(c, ready), [pod("h", "head"), pod("w1")], HEADLESS, now=T1)
     assert "state" not in after
     assert after["stateTransitionTimes"] == {"ready": T0}, "when ready was last entered"
     assert conditions(after)["RayClusterProvisioned"][0] == "True", "provisioned stays True"
@@ -161,21 +161,21 @@ def test_an_honest_state_leaves_ready_when_a_worker_is_lost() -> None:
 
 def test_terminating_pods_count_for_nothing() -> None:
     c = cluster()
-    s = status.compute(c, [pod("h", "head"), pod("w1"), pod("w2", deleting=True)], HEADLESS, now=T0)
+    s = report.compute(c, [pod("h", "head"), pod("w1"), pod("w2", deleting=True)], HEADLESS, now=T0)
     assert (s["readyWorkerReplicas"], s.get("state")) == (1, None)
 
 
 def test_head_pod_conditions() -> None:
     c = cluster(groups=[])
-    none = status.compute(c, [], None, now=T0)
+    none = report.compute(c, [], None, now=T0)
     assert conditions(none)["HeadPodReady"] == ("False", "HeadPodNotFound")
     assert "head" not in none
     assert "endpoints" not in none
-    unready = status.compute(c, [pod("h", "head", ready=False)], None, now=T0)
+    unready = report.compute(c, [pod("h", "head", ready=False)], None, now=T0)
     assert conditions(unready)["HeadPodReady"] == ("False", "Unknown")
     pending = pod("h", "head", phase="Pending")
     pending["status"]["conditions"] = []
-    assert conditions(status.compute(c, [pending], None, now=T0))["HeadPodReady"] == (
+    assert conditions(report.compute(c, [pending], None, now=T0))["HeadPodReady"] == (
         "False",
         "Unknown",
     )
@@ -183,10 +183,10 @@ def test_head_pod_conditions() -> None:
 
 def test_transition_times_move_only_when_a_condition_status_does() -> None:
     c = cluster()
-    first = status.compute(c, [pod("h", "head", ready=False)], HEADLESS, now=T0)
-    same = status.compute(again(c, first), [pod("h", "head", ready=False)], HEADLESS, now=T1)
+    first = report.compute(c, [pod("h", "head", ready=False)], HEADLESS, now=T0)
+    same = report.compute(again(c, first), [pod("h", "head", ready=False)], HEADLESS, now=T1)
     assert same == first, "nothing changed: the same status, so the writer writes nothing"
-    moved = status.compute(again(c, same), [pod("h", "head")], HEADLESS, now=T2)
+    moved = report.compute(again(c, same), [pod("h", "head")], HEADLESS, now=T2)
     times = {c["type"]: c["lastTransitionTime"] for c in moved["conditions"]}
     assert times["HeadPodReady"] == T2
     assert times["RayClusterSuspended"] == T0
@@ -194,32 +194,32 @@ def test_transition_times_move_only_when_a_condition_status_does() -> None:
 
 def test_replica_failure_carries_the_message_and_goes_away() -> None:
     c = cluster()
-    failed = status.compute(
-        c, [], None, failure=status.Failure("FailedCreateHeadPod", "no"), now=T0
+    failed = report.compute(
+        c, [], None, failure=report.Failure("FailedCreateHeadPod", "no"), now=T0
     )
     failure = next(x for x in failed["conditions"] if x["type"] == "ReplicaFailure")
     assert (failure["message"], failure["observedGeneration"]) == ("no", 3)
-    assert "ReplicaFailure" not in conditions(status.compute(again(c, failed), [], None, now=T1))
+    assert "ReplicaFailure" not in conditions(report.compute(again(c, failed), [], None, now=T1))
 
 
 def test_suspend_runs_to_its_end_then_resumes() -> None:
     c = cluster(suspend=True)
     ready_pods = [pod("h", "head"), pod("w1"), pod("w2")]
-    suspending = status.compute(c, ready_pods, HEADLESS, now=T0)
+    suspending = report.compute(c, ready_pods, HEADLESS, now=T0)
     assert conditions(suspending)["RayClusterSuspending"] == ("True", "RayClusterSuspending")
     assert conditions(suspending)["RayClusterSuspended"][0] == "False"
     # The user changes their mind half-way: the suspend still completes.
     c2 = again(cluster(suspend=False), suspending)
-    still = status.compute(c2, [pod("h", "head", deleting=True)], HEADLESS, now=T1)
+    still = report.compute(c2, [pod("h", "head", deleting=True)], HEADLESS, now=T1)
     assert conditions(still)["RayClusterSuspending"][0] == "True", "terminating pods remain"
     c3 = again(cluster(suspend=True), still)
-    done = status.compute(c3, [], HEADLESS, now=T1)
+    done = report.compute(c3, [], HEADLESS, now=T1)
     assert conditions(done)["RayClusterSuspended"] == ("True", "RayClusterSuspended")
     assert conditions(done)["RayClusterSuspending"][0] == "False"
     assert conditions(done)["RayClusterProvisioned"] == ("False", "RayClusterPodsProvisioning")
     assert done["state"] == "suspended"
     assert done["stateTransitionTimes"]["suspended"] == T1
-    resumed = status.compute(again(cluster(suspend=False), done), [], HEADLESS, now=T2)
+    resumed = report.compute(again(cluster(suspend=False), done), [], HEADLESS, now=T2)
     assert conditions(resumed)["RayClusterSuspended"][0] == "False"
     assert "state" not in resumed
 
@@ -232,12 +232,12 @@ def test_desired_resources_sum_requests_over_limits_in_canonical_spelling() -> N
         {"groupName": "off", "replicas": 5, "suspend": True, "template": {"spec": {"containers": [
             {"name": "w", "resources": {"limits": {"cpu": "100"}}}]}}},
     ])  # fmt: skip
-    s = status.compute(c, [], None, now=T0)
+    s = report.compute(c, [], None, now=T0)
     # head: cpu request 500m (over its limit 1), memory 2Gi;
     # 4 worker pods: 2 cpu, 1Gi, 1 GPU, 4 TPU each.
     assert (s["desiredCPU"], s["desiredMemory"]) == ("8500m", "6Gi")
     assert (s["desiredGPU"], s["desiredTPU"]) == ("4", "16")
-    nothing = status.compute(cluster(groups=[]), [], None, now=T0)
+    nothing = report.compute(cluster(groups=[]), [], None, now=T0)
     assert nothing["desiredGPU"] == "0"
     assert nothing["desiredTPU"] == "0"
 
@@ -247,13 +247,13 @@ def test_compute_reads_but_never_changes_its_inputs() -> None:
     before = c.model_dump()
     pods = [pod("h", "head"), pod("w1")]
     kept = copy.deepcopy(pods)
-    status.compute(c, pods, HEADLESS, now=T0)
+    report.compute(c, pods, HEADLESS, now=T0)
     assert c.model_dump() == before
     assert pods == kept
 
 
 def test_the_status_validates_as_the_api_type() -> None:
-    s = status.compute(cluster(), [pod("h", "head"), pod("w1"), pod("w2")], HEADLESS, now=T0)
+    s = report.compute(cluster(), [pod("h", "head"), pod("w1"), pod("w2")], HEADLESS, now=T0)
     parsed = v1.RayClusterStatus.model_validate(s)
     assert parsed.state == "ready"
     assert parsed.head is not None

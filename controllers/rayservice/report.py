@@ -79,6 +79,7 @@ from typing import Any, Literal
 
 from api.v1 import rayservice as rayservice_
 from controllers.ray import dashboard
+from runtime import conditions
 
 __all__ = [
     "MAX_APPLICATIONS",
@@ -93,7 +94,6 @@ __all__ = [
     "Problem",
     "applications",
     "compute",
-    "condition",
     "initializing_since",
     "resumed",
 ]
@@ -169,19 +169,10 @@ class Observed:
     ``False``."""
 
 
-def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
-    """The condition of ``type_`` in a raw ``status``, or ``None``."""
-    for cond in (status or {}).get("conditions") or ():
-        if cond.get("type") == type_:
-            found: Mapping[str, Any] = cond
-            return found
-    return None
-
-
 def initializing_since(service: Mapping[str, Any]) -> str | None:
     """When the RayService's current ``Initializing`` began (``Ready``'s
     ``lastTransitionTime``), if it is initializing for its current generation."""
-    ready = condition(service.get("status"), READY)
+    ready = conditions.of(service, READY)
     generation = int((service.get("metadata") or {}).get("generation") or 0)
     if ready is None or ready.get("reason") != _REASONS.INITIALIZING:
         return None
@@ -269,33 +260,22 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
     old: Mapping[str, Any] = service.get("status") or {}
     generation = int((service.get("metadata") or {}).get("generation") or 0)
     previous = {c.get("type"): c for c in old.get("conditions") or ()}
-    conditions: dict[str, Obj] = {}
+    made: dict[str, Obj] = {}
 
     def set_(type_: str, status: str, reason: str, message: str) -> None:
-        before = previous.get(type_)
-        since = (
-            before.get("lastTransitionTime")
-            if before is not None and before.get("status") == status
-            and before.get("lastTransitionTime")
-            else now
+        made[type_] = conditions.make(
+            type_, status, reason, message, generation=generation, now=now,
+            previous=previous.get(type_),
         )  # fmt: skip
-        conditions[type_] = {
-            "type": str(type_),
-            "status": str(status),
-            "reason": str(reason),  # a plain str (enums are str subclasses)
-            "message": message,
-            "lastTransitionTime": since,
-            "observedGeneration": generation,
-        }
 
     new: Obj = {"observedGeneration": generation}
     if observed.suspend is not None:
         for type_, cond in previous.items():
             if type_ is not None:
-                conditions[type_] = dict(cond)
+                made[type_] = dict(cond)
         _suspending(observed.suspend, set_)
         new["numServeEndpoints"] = 0
-        new["conditions"] = [conditions[t] for t in _ORDER if t in conditions]
+        new["conditions"] = [made[t] for t in _ORDER if t in made]
         new["serviceStatus"] = ""
         return new
     if observed.problem is not None and observed.active is None and observed.pending is None:
@@ -308,8 +288,8 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         set_(READY, "False", observed.problem.reason, observed.problem.message)
         for type_, cond in previous.items():
             if type_ != READY and type_ is not None:
-                conditions[type_] = dict(cond)
-        new["conditions"] = [conditions[t] for t in _ORDER if t in conditions]
+                made[type_] = dict(cond)
+        new["conditions"] = [made[t] for t in _ORDER if t in made]
         new["serviceStatus"] = ""
         return new
     active = _cluster_status(observed.active, old.get("activeServiceStatus"))
@@ -342,19 +322,19 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
         and old_ready.get("status") == "False"
         and old_ready.get("reason") == _REASONS.INITIALIZING_TIMEOUT
     ):
-        conditions[READY] = dict(old_ready)  # terminal
+        made[READY] = dict(old_ready)  # terminal
     elif (
         old_ready is not None
         and old_ready.get("reason") == _REASONS.INITIALIZING
         and int(old_ready.get("observedGeneration") or 0) == generation
     ):
-        conditions[READY] = dict(old_ready)  # initializing: keep its start time
-        conditions[READY]["message"] = _initializing(observed.serve_error)
+        made[READY] = dict(old_ready)  # initializing: keep its start time
+        made[READY]["message"] = _initializing(observed.serve_error)
     else:
         set_(READY, "False", _REASONS.INITIALIZING, _initializing(observed.serve_error))
         if old_ready is not None and old_ready.get("status") == "False":
-            conditions[READY]["lastTransitionTime"] = now  # a new generation starts afresh
-    ready_now = conditions[READY]
+            made[READY]["lastTransitionTime"] = now  # a new generation starts afresh
+    ready_now = made[READY]
     if ready_now["reason"] == _REASONS.ZERO_SERVE_ENDPOINTS and observed.serve_error:
         ready_now["message"] = f"Number of serve endpoints dropped to 0; {observed.serve_error}"
 
@@ -385,11 +365,11 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
     elif old_rollback is not None and old_rollback.get("status") == "True":
         set_(ROLLBACK_IN_PROGRESS, "False", "RollbackComplete", "No rollback in progress")
     for type_ in (ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED):
-        if type_ not in conditions and type_ in previous:
-            conditions[type_] = dict(previous[type_])
+        if type_ not in made and type_ in previous:
+            made[type_] = dict(previous[type_])
 
-    new["conditions"] = [conditions[t] for t in _ORDER if t in conditions]
-    ready = conditions.get(READY)
+    new["conditions"] = [made[t] for t in _ORDER if t in made]
+    ready = made.get(READY)
     new["serviceStatus"] = "Running" if ready is not None and ready["status"] == "True" else ""
     return new
 
@@ -432,19 +412,19 @@ def resumed(service: Mapping[str, Any], *, now: str) -> Obj:
     """
     old: Mapping[str, Any] = service.get("status") or {}
     generation = int((service.get("metadata") or {}).get("generation") or 0)
-    conditions = {c.get("type"): dict(c) for c in old.get("conditions") or ()}
+    made = {c.get("type"): dict(c) for c in old.get("conditions") or ()}
     again = "RayService is initializing after resuming from suspend."
     for type_, status, reason, message in (
         (SUSPENDED, "False", RESUMED, "Spec.Suspend is false; RayService has resumed."),
         (READY, "False", _REASONS.INITIALIZING, again),
         (UPGRADE_IN_PROGRESS, "False", _REASONS.INITIALIZING, again),
     ):
-        conditions[type_] = {
+        made[type_] = {
             "type": type_, "status": status, "reason": str(reason), "message": message,
             "lastTransitionTime": now, "observedGeneration": generation,
         }  # fmt: skip
     return {
         **old,
         "observedGeneration": generation,
-        "conditions": [conditions[t] for t in _ORDER if t in conditions],
+        "conditions": [made[t] for t in _ORDER if t in made],
     }
