@@ -521,3 +521,30 @@ async def test_reconciler_that_swallows_the_timeout_still_counts_as_timed_out() 
             )
     [failure, *_] = [e for e in logs if e["event"].startswith("reconcile failed")]
     assert "exceeded 0.02 s" in str(failure["exc_info"])
+
+
+async def test_workers_that_end_before_stop_fail_the_controller() -> None:
+    seen: list[str] = []
+
+    async def handler(req: reconcile.Request) -> reconcile.Result:
+        seen.append(req.name)
+        return reconcile.Result()
+
+    channel = source.Channel()
+    ctrl = controller.Controller(
+        "fp-workers-end", handler, options=controller.Options(clock=fake.FakeClock())
+    )
+    ctrl.watch(channel)
+    stop = asyncio.Event()
+    task = asyncio.create_task(ctrl.start(stop))
+    try:
+        channel.send(reconcile.Request("ns", "a"))
+        await helpers.eventually(lambda: seen, 5, "a reconcile")
+        ctrl.queue.shutdown()  # what only a bug would do while the controller runs
+        with pytest.raises(RuntimeError, match="ended before stop"):
+            await asyncio.wait_for(asyncio.shield(task), 5)
+        left = [t for t in asyncio.all_tasks() if t.get_name().startswith("fp-workers-end-")]
+        assert [t for t in left if not t.done()] == []
+    finally:
+        stop.set()
+        await asyncio.gather(task, return_exceptions=True)

@@ -5,8 +5,9 @@ from typing import Any
 
 import aiohttp
 import structlog
+from structlog import testing as log_testing
 
-from runtime import events
+from runtime import events, metrics
 from runtime.client import resources
 from runtime.testing import fake
 from tests.unit import helpers
@@ -183,3 +184,76 @@ def test_the_reporting_instance_defaults_to_the_pod_name(monkeypatch: Any) -> No
     assert events.Options().reporting_instance == "rayservice-operator-7c9f-abcde"
     monkeypatch.delenv("POD_NAME")
     assert events.Options().reporting_instance  # the host name
+
+
+def sample(name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_full_event_queue_drops_the_oldest_and_counts_them() -> None:
+    client = fake.FakeClient()
+    recorder = events.Recorder(client, "test", options=events.Options(max_pending=3))
+    dropped = sample("events_dropped_total", reason="queue_full")
+    for i in range(5):
+        recorder.event(OBJ, "Normal", f"Step{i}", "done")
+    await recorder.flush()
+    assert sorted(e["reason"] for e in client.objects(EVENTS)) == ["Step2", "Step3", "Step4"]
+    assert sample("events_dropped_total", reason="queue_full") == dropped + 2
+
+
+async def test_a_repeat_after_the_dedupe_window_creates_a_new_event() -> None:
+    client = fake.FakeClient()
+    clock = Clock()
+    recorder = events.Recorder(
+        client, "test", options=events.Options(dedupe_window=10), monotonic=clock
+    )
+    recorder.event(OBJ, "Warning", "Failed", "boom")
+    recorder.event(OBJ, "Warning", "Failed", "boom")
+    await recorder.flush()
+    clock.t += 11
+    recorder.event(OBJ, "Warning", "Failed", "boom")
+    await recorder.flush()
+    assert sorted(e["count"] for e in client.objects(EVENTS)) == [1, 2]
+    assert (client.writes("create"), client.writes("patch")) == (2, 1)
+
+
+async def test_similar_messages_older_than_the_window_are_not_combined() -> None:
+    client = fake.FakeClient()
+    clock = Clock()
+    recorder = events.Recorder(
+        client, "test", options=events.Options(dedupe_window=10, max_similar=2), monotonic=clock
+    )
+    recorder.event(OBJ, "Warning", "Failed", "one")
+    recorder.event(OBJ, "Warning", "Failed", "two")
+    await recorder.flush()
+    clock.t += 11  # "one" and "two" are forgotten: "three" is the first in a new window
+    recorder.event(OBJ, "Warning", "Failed", "three")
+    await recorder.flush()
+    assert sorted(e["message"] for e in client.objects(EVENTS)) == ["one", "three", "two"]
+    # within the window, a third distinct message is combined
+    recorder.event(OBJ, "Warning", "Failed", "four")
+    recorder.event(OBJ, "Warning", "Failed", "five")
+    await recorder.flush()
+    combined = [e for e in client.objects(EVENTS) if e["message"].startswith("(combined")]
+    assert [e["message"] for e in combined] == ["(combined from similar events): five"]
+
+
+async def test_an_event_expired_on_the_server_is_created_anew() -> None:
+    client = fake.FakeClient()
+    recorder = events.Recorder(client, "test")
+    recorder.event(OBJ, "Warning", "Failed", "boom")
+    await recorder.flush()
+    [first] = client.objects(EVENTS)
+    await client.delete(EVENTS, "default", first["metadata"]["name"])  # the Event's TTL ran out
+    failed = sample("events_write_errors_total", write="patch")
+    with log_testing.capture_logs() as logs:
+        recorder.event(OBJ, "Warning", "Failed", "boom")  # a patch of the expired Event
+        await recorder.flush()
+    assert sample("events_write_errors_total", write="patch") == failed + 1
+    assert [(e["event"], e["error"]) for e in logs] == [("writing an event failed", "NotFound")]
+    assert client.objects(EVENTS) == []
+    recorder.event(OBJ, "Warning", "Failed", "boom")  # not another patch of a missing Event
+    await recorder.flush()
+    [second] = client.objects(EVENTS)
+    assert second["count"] == 1
+    assert second["metadata"]["name"] != first["metadata"]["name"]

@@ -129,3 +129,13 @@ async def test_the_returned_object_is_the_callers_own() -> None:
         cache.verify()
     finally:
         await cache.stop()
+
+
+def test_a_controller_reference_keeps_other_owners_references() -> None:
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "o", "uid": "u1"}}
+    other_ref = {"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "u2"}
+    obj: dict[str, Any] = {"metadata": {"ownerReferences": [dict(other_ref)]}}
+    objects.set_controller_reference(owner, obj)
+    refs = obj["metadata"]["ownerReferences"]
+    assert refs[0] == other_ref
+    assert [(r["uid"], r.get("controller")) for r in refs] == [("u2", None), ("u1", True)]

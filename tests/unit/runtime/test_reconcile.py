@@ -46,3 +46,13 @@ def test_terminal_error_is_an_exception_with_a_cause() -> None:
     with pytest.raises(reconcile.TerminalError, match="bad spec") as info:
         fail()
     assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_is_terminal_survives_a_cyclic_cause_chain() -> None:
+    a, b = RuntimeError("a"), ValueError("b")
+    a.__cause__ = b
+    b.__cause__ = a
+    assert reconcile.is_terminal(a) is False
+    group = ExceptionGroup("g", [a, reconcile.TerminalError("c")])
+    b.__cause__ = group  # a -> b -> group -> (a, TerminalError)
+    assert reconcile.is_terminal(a) is True

@@ -432,3 +432,70 @@ async def test_a_newer_generation_makes_the_status_stale_without_a_request(
     result = await writer.update(read, {"phase": "Ready"})
     assert result.outcome is status.Outcome.STALE
     assert client.writes(subresource="status") == writes
+
+
+class RewritingServer:
+    """The fake API server behind a mutating webhook that rewrites status values of every
+    JSON type: a string, a list, a boolean, a whole-number float and an object."""
+
+    def __init__(self, client: fake.FakeClient) -> None:
+        self.client = client
+        self.rewrite_phase = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    async def update_status(self, obj: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(obj)
+        st = body["status"]
+        if self.rewrite_phase and isinstance(st.get("phase"), str):
+            st["phase"] = st["phase"].upper()
+        if isinstance(st.get("ports"), list):
+            st["ports"] = sorted(set(st["ports"]))
+        if st.get("ready") is True:
+            st["ready"] = "True"
+        if st.get("weight") == 2.0:
+            st["weight"] = "2"
+        if isinstance(st.get("target"), dict):
+            st["target"] = f"{st['target']['host']}:80"
+        return await self.client.update_status(body)
+
+
+async def test_values_the_server_rewrites_are_learned_and_compared_on_its_terms() -> None:
+    registry = resources.default_registry.copy()
+    registry.register(WIDGET)
+    client = fake.FakeClient(registry, namespaces=["ns"])
+    await client.create({"apiVersion": "test.dev/v1", "kind": "Widget",
+                         "metadata": {"name": "w", "namespace": "ns"}})  # fmt: skip
+    server = RewritingServer(client)
+    writer = status.StatusWriter(server)
+
+    async def update(new: dict[str, Any]) -> status.Outcome:
+        return (await writer.update(await client.get(WIDGET, "ns", "w"), new)).outcome
+
+    desired = {"phase": "ready", "ports": [80, 80], "ready": True, "weight": 2.0,
+               "target": {"host": "h"}}  # fmt: skip
+    with capture_logs() as logs:
+        assert await update(desired) is status.Outcome.WRITTEN
+    assert sorted(writer.learned()) == [
+        ("Widget", f"status.{field}", "rewritten")
+        for field in ("phase", "ports", "ready", "target", "weight")
+    ]
+    assert len([e for e in logs if e["log_level"] == "warning"]) == 5
+    # the same desired status again: the server would store the same, so nothing is sent
+    for _ in range(3):
+        assert await update(desired) is status.Outcome.SKIPPED
+    assert client.writes(subresource="status") == 1
+    # a different value is not the one the server rewrote: it is written
+    assert await update({**desired, "phase": "failed"}) is status.Outcome.WRITTEN
+    assert (await client.get(WIDGET, "ns", "w"))["status"]["phase"] == "FAILED"
+    assert await update({**desired, "ports": [81]}) is status.Outcome.WRITTEN
+    phase_rules = [e for e in writer.learned() if e[1] == "status.phase"]
+    assert len(phase_rules) == 2, "one per value sent: 'ready' and 'failed'"
+    # the webhook stops rewriting the phase: the next write that shows it forgets the
+    # rule for the value it sent ('ready'), not the one for 'failed'
+    server.rewrite_phase = False
+    assert await update({**desired, "extra": 1}) is status.Outcome.WRITTEN
+    assert (await client.get(WIDGET, "ns", "w"))["status"]["phase"] == "ready"
+    assert [e for e in writer.learned() if e[1] == "status.phase"] == phase_rules[:1]
+    assert await update({**desired, "extra": 1}) is status.Outcome.SKIPPED

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -148,3 +149,34 @@ def test_matches_a_reference_model(ops: list[tuple[str, int, int]]) -> None:
         assert sorted(got) == sorted(queued)
 
     asyncio.run(run())
+
+
+class LateClock:
+    """A clock whose timers fire only when the test says, however late."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.timers: list[Callable[[], None]] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> LateClock:
+        self.timers = [callback]  # only the latest timer is live (the queue re-arms)
+        return self
+
+    def cancel(self) -> None:
+        self.timers = []
+
+
+async def test_a_late_timer_adds_a_key_brought_forward_once() -> None:
+    clock = LateClock()
+    q: delaying.DelayingQueue[str] = delaying.DelayingQueue(clock=clock)
+    q.add_after("a", 10)
+    q.add_after("a", 7)  # brought forward: the entry for 10 is stale
+    q.add_after("b", 11)
+    clock.t = 12  # the loop was busy: the timer for 7 fires at 12, with 10 and 11 due too
+    [fire] = clock.timers
+    fire()
+    assert (len(q), q.waiting) == (2, 0)
+    assert [await q.get(), await q.get()] == ["a", "b"]

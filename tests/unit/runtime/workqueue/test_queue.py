@@ -168,3 +168,15 @@ def test_matches_a_reference_model(ops: list[tuple[str, int]]) -> None:
             assert q.processing == len(processing)
 
     asyncio.run(run())
+
+
+async def test_a_getter_woken_and_cancelled_at_once_passes_the_key_on() -> None:
+    q: queue.Queue[str] = queue.Queue()
+    first = asyncio.create_task(q.get())
+    second = asyncio.create_task(q.get())
+    await helpers.eventually(lambda: q.getters == 2, what="both getters waiting")
+    q.add("a")  # wakes ``first``...
+    first.cancel()  # ...which is cancelled before it could take the key
+    assert await asyncio.wait_for(second, 2) == "a", "the key did not wait for a third getter"
+    with pytest.raises(asyncio.CancelledError):
+        await first
