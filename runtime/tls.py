@@ -13,6 +13,8 @@ Keys are ECDSA P-256.
   over the old one, so a reader sees either the old or the new file, never half of one
   (the two files are still two renames: :class:`Reloader` tolerates a mismatched pair).
 - :func:`self_signed` does both into one directory.
+- :func:`openssl` runs one ``openssl`` command (the harness in
+  :mod:`runtime.testing.controlplane` makes its certificates with it too).
 - :class:`Reloader` is an :class:`ssl.SSLContext` for a server whose certificate and key
   are read again from their files when their contents change (:meth:`Reloader.reload`,
   or :meth:`Reloader.watch` polling every ``interval`` seconds): new handshakes get the
@@ -44,7 +46,7 @@ from collections.abc import Sequence
 
 import structlog
 
-__all__ = ["CA", "Pair", "Reloader", "TLSError", "issue", "new_ca", "self_signed"]
+__all__ = ["CA", "Pair", "Reloader", "TLSError", "issue", "new_ca", "openssl", "self_signed"]
 
 _EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
@@ -73,7 +75,9 @@ class Pair:
     key: pathlib.Path
 
 
-def _openssl(*args: str, cwd: pathlib.Path) -> None:
+def openssl(*args: str, cwd: pathlib.Path) -> None:
+    """Run ``openssl *args`` in ``cwd``; :class:`TLSError` when the command is missing
+    or fails (the message ends with what it wrote to stderr)."""
     if shutil.which("openssl") is None:
         raise TLSError("the openssl command is not installed (e.g. apt-get install openssl)")
     done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
@@ -106,7 +110,7 @@ def new_ca(
     directory = pathlib.Path(directory)
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
-        _openssl(
+        openssl(
             "req", "-x509", *_EC, "-keyout", "ca.key", "-out", "ca.crt", "-days", str(days),
             "-set_serial", _serial(), "-subj", f"/CN={common_name}",
             "-addext", "basicConstraints=critical,CA:TRUE",
@@ -145,9 +149,9 @@ def issue(
             "extendedKeyUsage=serverAuth\n"
             f"subjectAltName={','.join(sans)}\n"
         )
-        _openssl("req", *_EC, "-keyout", "tls.key", "-out", "tls.csr", "-subj", f"/CN={subject}",
+        openssl("req", *_EC, "-keyout", "tls.key", "-out", "tls.csr", "-subj", f"/CN={subject}",
                  cwd=work)  # fmt: skip
-        _openssl(
+        openssl(
             "x509", "-req", "-in", "tls.csr", "-CA", str(ca.cert.resolve()),
             "-CAkey", str(ca.key.resolve()), "-set_serial", _serial(), "-days", str(days),
             "-extfile", "ext", "-out", "tls.crt",

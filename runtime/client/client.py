@@ -556,9 +556,7 @@ class Client:
     # -- verbs ---------------------------------------------------------------------------------
 
     def resource_for(self, obj_or_resource: Obj | resources.Resource) -> resources.Resource:
-        if isinstance(obj_or_resource, resources.Resource):
-            return obj_or_resource
-        return self.registry.for_object(obj_or_resource)
+        return self.registry.resource_for(obj_or_resource)
 
     async def get(self, resource: resources.Resource, namespace: str | None, name: str) -> Obj:
         result: Obj = await self.request("GET", resource.path(namespace, name))

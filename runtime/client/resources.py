@@ -125,6 +125,20 @@ class Registry:
     def for_object(self, obj: Mapping[str, Any]) -> Resource:
         return self.for_kind(obj.get("apiVersion", ""), obj.get("kind", ""))
 
+    def resource_for(self, obj_or_resource: Mapping[str, Any] | Resource) -> Resource:
+        """``obj_or_resource`` itself when it is a :class:`Resource`, else
+        :meth:`for_object` (a client's ``resource_for``).
+
+        >>> pods = default_registry.for_kind("v1", "Pod")
+        >>> default_registry.resource_for(pods) is pods
+        True
+        >>> default_registry.resource_for({"apiVersion": "v1", "kind": "Pod"}) is pods
+        True
+        """
+        if isinstance(obj_or_resource, Resource):
+            return obj_or_resource
+        return self.for_object(obj_or_resource)
+
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self._by_kind
 

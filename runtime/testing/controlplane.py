@@ -72,6 +72,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from runtime import tls
 from runtime.testing import process
 
 __all__ = [
@@ -294,13 +295,11 @@ def _wait(
 
 
 def _openssl(*args: str, cwd: pathlib.Path) -> None:
-    if shutil.which("openssl") is None:
-        raise ControlPlaneError(
-            "certificates", "openssl is not installed (apt-get install openssl)"
-        )
-    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise ControlPlaneError("certificates", f"openssl {args[0]} failed", done.stderr)
+    """:func:`runtime.tls.openssl`, failing as a :class:`ControlPlaneError` of ``certificates``."""
+    try:
+        tls.openssl(*args, cwd=cwd)
+    except tls.TLSError as exc:
+        raise ControlPlaneError("certificates", str(exc)) from exc
 
 
 def _make_certificates(directory: pathlib.Path) -> None:

@@ -268,9 +268,7 @@ class FakeClient:
         return answer
 
     def resource_for(self, obj_or_resource: Obj | resources.Resource) -> resources.Resource:
-        if isinstance(obj_or_resource, resources.Resource):
-            return obj_or_resource
-        return self.registry.for_object(obj_or_resource)
+        return self.registry.resource_for(obj_or_resource)
 
     def writes(self, verb: str | None = None, subresource: str | None = None) -> int:
         """How many write calls were made (optionally of one verb / subresource)."""
