@@ -1,6 +1,7 @@
 """What the benchmarks in ``hack/bench/`` share: where the control-plane binaries are, an
 operator as a child process (:class:`Manager`: ``/readyz``, ``/metrics``, CPU and peak
-RSS), and reading a Prometheus text exposition.
+RSS), reading a Prometheus text exposition, progress lines on stderr (:func:`logger`) and
+the time of an API timestamp (:func:`moment`).
 
 **CPU**, in every benchmark and the tables of docs/operator/performance.md, is
 :meth:`runtime.testing.process.ChildProcess.cpu_seconds`: user + system seconds of the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import os
 import pathlib
 import re
@@ -19,11 +21,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+from runtime import clock
 from runtime.testing import controlplane, process
 
-__all__ = ["ROOT", "BenchError", "Child", "Manager", "bin_dir", "parse_metrics", "profile_top"]
+__all__ = [
+    "ROOT", "BenchError", "Child", "Manager", "bin_dir", "logger", "moment", "parse_metrics",
+    "profile_top",
+]  # fmt: skip
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -43,6 +49,39 @@ def bin_dir(given: pathlib.Path | None = None) -> pathlib.Path:
 
 class BenchError(RuntimeError):
     """A benchmark could not finish; the message says why."""
+
+
+def logger(name: str = "", *, clock_time: bool = False) -> Callable[[str], None]:
+    """A benchmark's ``log(message)``: one line on stderr, flushed, as ``[name] message``
+    (``[name HH:MM:SS] message`` with ``clock_time``; the message alone without a name).
+
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+    ...     logger("bench x")("started")
+    ...     logger()("plain")
+    >>> err.getvalue()
+    '[bench x] started\\nplain\\n'
+    """
+
+    def log(message: str) -> None:
+        stamp = f" {time.strftime('%H:%M:%S')}" if clock_time else ""
+        prefix = f"[{name}{stamp}] " if name else ""
+        print(f"{prefix}{message}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def moment(text: object) -> datetime.datetime:
+    """The time an RFC 3339 timestamp of the API names (:func:`runtime.clock.parse_rfc3339`),
+    ValueError when it is absent or garbled.
+
+    >>> moment("2026-12-02T13:40:00Z").isoformat()
+    '2026-12-02T13:40:00+00:00'
+    """
+    parsed = clock.parse_rfc3339(str(text) if text else None)
+    if parsed is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    return parsed
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")

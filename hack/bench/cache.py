@@ -32,7 +32,6 @@ import json
 import logging
 import pathlib
 import statistics
-import sys
 import time
 import tracemalloc
 from typing import Any
@@ -52,8 +51,7 @@ CM = resources.default_registry.for_kind("v1", "ConfigMap")
 NS = "bench"
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+log = _common.logger()
 
 
 def gets_and_lists(cp: controlplane.ControlPlane) -> float:

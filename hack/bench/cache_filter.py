@@ -53,8 +53,7 @@ UNFILTERED = (
 """The unfiltered manager: the same code, with the operator's cache options left out."""
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+log = _common.logger()
 
 
 def start_manager(

@@ -116,8 +116,7 @@ STATUS_BODIES = {
 BenchError = _common.BenchError
 
 
-def log(message: str) -> None:
-    print(f"[bench churn] {message}", file=sys.stderr, flush=True)
+log = _common.logger("bench churn")
 
 
 def serve_config(version: int) -> str:

@@ -163,8 +163,7 @@ AUDIT_POLICY = {
 """One event per finished request but watches: who (User-Agent), what, when."""
 
 
-def log(message: str) -> None:
-    print(f"[bench compare] {message}", file=sys.stderr, flush=True)
+log = _common.logger("bench compare")
 
 
 # -- the operator processes ----------------------------------------------------------------
@@ -295,7 +294,7 @@ def audit_events(path: pathlib.Path) -> list[tuple[datetime.datetime, str, str, 
         for line in lines:
             try:
                 event = json.loads(line)
-                stamp = datetime.datetime.fromisoformat(event["stageTimestamp"])
+                stamp = _common.moment(event.get("stageTimestamp"))
             except (ValueError, KeyError):
                 continue
             ref = event.get("objectRef") or {}
@@ -677,7 +676,7 @@ def timeline(
         for line in lines:
             try:
                 event = json.loads(line)
-                at = datetime.datetime.fromisoformat(event["stageTimestamp"])
+                at = _common.moment(event.get("stageTimestamp"))
             except (ValueError, KeyError):
                 continue
             if not window[0] <= at <= window[1]:

@@ -70,7 +70,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import functools
 import json
 import logging
@@ -119,8 +118,7 @@ AUDIT_POLICY = {
 BenchError = _common.BenchError
 
 
-def log(message: str) -> None:
-    print(f"[bench frameworks] {message}", file=sys.stderr, flush=True)
+log = _common.logger("bench frameworks")
 
 
 # -- the workload ----------------------------------------------------------------------------
@@ -347,7 +345,7 @@ def audit_events(path: pathlib.Path) -> list[dict[str, Any]]:
 
 
 def _stamp(text: str) -> float:
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return _common.moment(text).timestamp()
 
 
 def request_key(event: dict[str, Any]) -> str:

@@ -173,8 +173,7 @@ MORE_FIGURES = (
 """The other figures a run reports (ratios too)."""
 
 
-def log(message: str) -> None:
-    print(f"[bench incremental] {message}", file=sys.stderr, flush=True)
+log = _common.logger("bench incremental")
 
 
 def now() -> datetime.datetime:

@@ -61,14 +61,12 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import json
 import logging
 import math
 import os
 import pathlib
 import shutil
-import sys
 import tempfile
 import time
 import traceback
@@ -113,8 +111,7 @@ Counts = dict[tuple[str, str, str], float]
 BenchError = _common.BenchError
 
 
-def log(message: str) -> None:
-    print(f"[bench raycluster] {message}", file=sys.stderr, flush=True)
+log = _common.logger("bench raycluster")
 
 
 # -- counting ------------------------------------------------------------------------------
@@ -266,8 +263,7 @@ async def pod_timeline(client: client_.Client, started_wall: float) -> dict[str,
     listed = await client.list(PODS, None, label_selector="ray.io/is-ray-node=yes")
 
     def seconds(stamp: str) -> float:
-        moment = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-        return max(0.0, round(moment.timestamp() - started_wall, 1))
+        return max(0.0, round(_common.moment(stamp).timestamp() - started_wall, 1))
 
     created = [seconds(p["metadata"]["creationTimestamp"]) for p in listed.items]
     ready = [

@@ -161,8 +161,7 @@ Counts = dict[tuple[str, str, str, str], float]
 BenchError = _common.BenchError
 
 
-def log(message: str) -> None:
-    print(f"[bench rayservice] {message}", file=sys.stderr, flush=True)
+log = _common.logger("bench rayservice")
 
 
 # -- counting ------------------------------------------------------------------------------

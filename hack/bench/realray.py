@@ -191,8 +191,7 @@ Obj = dict[str, Any]
 BenchError = _common.BenchError
 
 
-def log(message: str) -> None:
-    print(f"[bench realray] {message}", file=sys.stderr, flush=True)
+log = _common.logger("bench realray")
 
 
 def now() -> datetime.datetime:
@@ -228,13 +227,9 @@ class Event:
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
         self.raw = raw
-        self.at = datetime.datetime.fromisoformat(str(raw["stageTimestamp"]))
+        self.at = _common.moment(raw.get("stageTimestamp"))
         received = raw.get("requestReceivedTimestamp")
-        self.took = (
-            (self.at - datetime.datetime.fromisoformat(str(received))).total_seconds()
-            if received
-            else 0.0
-        )
+        self.took = (self.at - _common.moment(received)).total_seconds() if received else 0.0
         ref = raw.get("objectRef") or {}
         self.resource = str(ref.get("resource") or "")
         self.sub = str(ref.get("subresource") or "")

@@ -61,8 +61,7 @@ HEAD_LABELS = {"ray.io/node-type": "head", "ray.io/is-ray-node": "yes"}
 BenchError = _common.BenchError
 
 
-def log(message: str) -> None:
-    print(f"[raysim-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = _common.logger("raysim-bench", clock_time=True)
 
 
 def proc_kib(pid: int, field: str) -> int:
