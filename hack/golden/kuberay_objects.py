@@ -377,12 +377,6 @@ def last_line(args: Sequence[str]) -> str:
     return lines[-1]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class RefusingConnectProxy:
     """An HTTP CONNECT endpoint on a Unix socket that answers 403 to everything, counting
     the targets asked for.
@@ -459,7 +453,7 @@ def kuberay_running(
     binary: str, kubeconfig: pathlib.Path, log_path: pathlib.Path
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run the KubeRay operator until the block ends; it is killed (its whole group) on exit."""
-    metrics, health = free_port(), free_port()
+    metrics, health = controlplane.free_ports(2)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/root"),

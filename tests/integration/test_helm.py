@@ -44,7 +44,6 @@ import pathlib
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -622,13 +621,6 @@ def test_metrics_secure_adds_the_flags_the_certificate_the_roles_and_an_https_mo
     )  # fmt: skip
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def ready(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
@@ -708,7 +700,7 @@ def test_install_run_as_the_charts_account_and_uninstall(
         assert manifest.returncode == 0, manifest.stderr
         objs = [d for d in yaml.safe_load_all(manifest.stdout) if d]
         args = manager_container(objs)["args"]
-        port = free_port()
+        [port] = controlplane.free_ports(1)
         kubeconfig = control_plane.service_account_kubeconfig(ns, fullname)
         log = tmp_path / "manager.log"
         with open(log, "wb") as out:

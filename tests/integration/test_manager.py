@@ -6,7 +6,6 @@ import asyncio
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,12 +26,6 @@ ROOT = pathlib.Path(__file__).parents[2]
 CM = configmap_mirror.CONFIGMAPS
 EVENTS = resources.Resource("", "v1", "Event", "events")
 LEASES = resources.Resource("coordination.k8s.io", "v1", "Lease", "leases")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def http_get(url: str) -> tuple[int, str]:
@@ -68,7 +61,7 @@ class Process:
     """The example operator as a separate process with its own ports."""
 
     def __init__(self, kubeconfig: pathlib.Path, namespace: str, log: pathlib.Path) -> None:
-        self.metrics_port, self.probe_port = free_port(), free_port()
+        self.metrics_port, self.probe_port = controlplane.free_ports(2)
         self.log = log
         with open(log, "wb") as out:
             self.popen = self._spawn(kubeconfig, namespace, out)

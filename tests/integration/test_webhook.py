@@ -44,12 +44,6 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 GROUP = "conversion.test.rayservice.dev"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def api(cp: controlplane.ControlPlane, method: str, path: str, body: Any = None) -> Any:
     """A request as admin, off the event loop (our webhook server runs on it)."""
     return await asyncio.to_thread(cp.request, method, path, body)
@@ -178,7 +172,7 @@ async def test_validating_webhook_run_by_the_manager_refuses_with_our_message(
     tmp_path: pathlib.Path,
 ) -> None:
     name = f"validate-{namespace}"
-    port = free_port()
+    [port] = controlplane.free_ports(1)
     url = f"https://127.0.0.1:{port}{server.validate_path(CONFIGMAPS)}"
     # No caBundle: the manager's webhook server generates a CA and injects it.
     config = webhook_config("ValidatingWebhookConfiguration", name, namespace, url, ca=None)
@@ -273,7 +267,7 @@ class Defaults:
 async def test_mutating_webhook_defaults_fields(
     control_plane: controlplane.ControlPlane, namespace: str, tmp_path: pathlib.Path
 ) -> None:
-    port = free_port()
+    [port] = controlplane.free_ports(1)
     name = f"mutate-{namespace}"
     srv = server.Server(self_signed(tmp_path, port))
     server.register_for(srv, CONFIGMAPS, defaulter=Defaults())
@@ -345,7 +339,7 @@ class ShapeConverter:
 async def test_conversion_between_two_versions_of_a_crd(
     control_plane: controlplane.ControlPlane, namespace: str, tmp_path: pathlib.Path
 ) -> None:
-    port = free_port()
+    [port] = controlplane.free_ports(1)
     converter = ShapeConverter()
     crd_name = f"shapes.{GROUP}"
     crd = shape_crd(f"https://127.0.0.1:{port}{server.CONVERT_PATH}")
@@ -420,7 +414,7 @@ async def _crd_bundle(cp: controlplane.ControlPlane, name: str) -> str | None:
 async def test_failure_policy_fail_refuses_and_ignore_admits_with_the_server_down(
     control_plane: controlplane.ControlPlane, namespace: str, tmp_path: pathlib.Path
 ) -> None:
-    port = free_port()
+    [port] = controlplane.free_ports(1)
     srv = server.Server(self_signed(tmp_path, port))
     server.register_for(srv, CONFIGMAPS, validator=NoForbiddenKeys())
     url = f"https://127.0.0.1:{port}{server.validate_path(CONFIGMAPS)}"
@@ -466,7 +460,7 @@ async def test_failure_policy_fail_refuses_and_ignore_admits_with_the_server_dow
 async def test_certificates_rotated_while_the_apiserver_keeps_calling(
     control_plane: controlplane.ControlPlane, namespace: str, tmp_path: pathlib.Path
 ) -> None:
-    port = free_port()
+    [port] = controlplane.free_ports(1)
     name = f"rotate-{namespace}"
     srv = server.Server(self_signed(tmp_path, port))
     seen: list[str] = []

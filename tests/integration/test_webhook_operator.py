@@ -20,7 +20,6 @@ import copy
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -36,12 +35,6 @@ from runtime.testing import controlplane
 from tests.integration import helpers
 
 ROOT = helpers.ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sample(kind: str) -> dict[str, Any]:
@@ -65,7 +58,7 @@ def operator(
     control_plane.install_crds(ROOT / "config/crd/bases")
     certs = tmp_path / "certs"
     ca, _ = tls.self_signed(certs, ip_addresses=["127.0.0.1"])
-    webhook_port, probe_port = free_port(), free_port()
+    webhook_port, probe_port = controlplane.free_ports(2)
     log = tmp_path / "manager.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import pathlib
 import secrets
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -22,7 +21,7 @@ import yaml
 
 import runtime
 from examples.secretsync import secretsync
-from runtime.testing import pytest_plugin, runner
+from runtime.testing import controlplane, pytest_plugin, runner
 
 # The first test of a session may build and start the control plane: more than the
 # default per-test bound (pyproject's pytest-timeout setting) on a cold cache.
@@ -264,12 +263,6 @@ WEBHOOK_CONFIG = pathlib.Path(secretsync.__file__).parent / "config" / "webhook.
 ADMISSION = runtime.webhook.cainject
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def webhook_configurations(namespace: str, port: int) -> list[dict[str, Any]]:
     """``config/webhook.yaml`` as a test installs it: named after ``namespace``, called
     only for it (a configuration left behind cannot refuse another test's objects),
@@ -297,7 +290,7 @@ async def with_webhooks(
 ) -> AsyncIterator[runner.Running]:
     """The configurations installed, then the operator with its webhooks, serving on a
     free loopback port; both removed afterwards."""
-    port = free_port()
+    [port] = controlplane.free_ports(1)
     configurations = webhook_configurations(namespace, port)
     name = configurations[0]["metadata"]["name"]
     for resource in (ADMISSION.MUTATING, ADMISSION.VALIDATING):
