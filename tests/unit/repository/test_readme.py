@@ -5,6 +5,11 @@
   ``hack/doctor.sh`` asks for on Debian (so CI installs exactly what the README says);
 - its two commands are ``make test`` and ``make run``, and each ``make`` target named in a
   shell block of the README or the docs exists;
+- each of the two does what its comment says: ``make test`` runs pytest under coverage
+  over every tier (no path narrows ``testpaths``, which hold ``tests/`` and the packages'
+  doctests) after the doctor and the control plane; ``make run`` starts
+  ``rayservice-manager`` (the ``controllers.main`` script) against ``$KUBECONFIG`` or the
+  local control plane's kubeconfig;
 - each relative link of the README and the docs' Markdown points at a file that exists;
 - each figure of its headline table is the figure of the same row and column on the docs'
   performance page, where the benchmarks write them (a figure lives in one place).
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import tomllib
 
 import pytest
 
@@ -69,6 +75,41 @@ def test_the_two_commands_and_every_make_target_named_exist() -> None:
     assert ("README.md", "test") in named
     missing = sorted((page, t) for page, t in named if t not in targets)
     assert not missing, f"make targets named in the docs that the Makefile lacks: {missing}"
+
+
+def recipe(target: str) -> tuple[list[str], str]:
+    """``target``'s prerequisites and its recipe (continuation lines joined)."""
+    text = (helpers.ROOT / "Makefile").read_text()
+    found = re.search(rf"^{target}:([^#\n]*)(?:##[^\n]*)?\n((?:\t[^\n]*\n)*)", text, re.M)
+    assert found, f"the Makefile has a {target} target"
+    return found[1].split(), found[2].replace("\\\n", " ")
+
+
+def test_make_test_and_make_run_do_what_the_readme_says() -> None:
+    comments = dict(re.findall(r"^make (test|run)\s+# (.*)$", README.read_text(), re.M))
+    assert comments["test"].startswith("every test tier against a real control plane")
+    assert "under coverage" in comments["test"]
+    prerequisites, body = recipe("test")
+    assert {"doctor", "controlplane"} <= set(prerequisites)
+    [run] = re.findall(r"coverage run -m pytest([^;|&]*)", body)
+    assert not [a for a in run.split() if not a.startswith("-")], "no path narrows testpaths"
+    pyproject = tomllib.loads((helpers.ROOT / "pyproject.toml").read_text())
+    pytest_options = pyproject["tool"]["pytest"]["ini_options"]
+    assert {"tests", "runtime", "controllers", "api"} <= set(pytest_options["testpaths"])
+    assert "--doctest-modules" in pytest_options["addopts"]
+    assert {"unit", "integration"} <= {p.name for p in (helpers.ROOT / "tests").iterdir()}
+
+    assert comments["run"].startswith("the operator: against $KUBECONFIG if set, else a local")
+    prerequisites, body = recipe("run")
+    assert "doctor-run" in prerequisites
+    assert pyproject["project"]["scripts"]["rayservice-manager"] == "controllers.main:main"
+    starts = re.findall(r"rayservice-manager --kubeconfig (\S+)", body)
+    assert starts[0] == '"$$KUBECONFIG"', "with $KUBECONFIG set, the operator runs against it"
+    assert "cluster-up" in body, "else it starts a local control plane"
+    assert starts[1:] == ["$(abspath"], "once more, otherwise"
+    assert "rayservice-manager --kubeconfig $(abspath $(CLUSTER_DIR))/kubeconfig" in body, (
+        "against the kubeconfig of the control plane cluster-up starts in $(CLUSTER_DIR)"
+    )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(helpers.ROOT).as_posix())

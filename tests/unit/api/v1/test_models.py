@@ -278,4 +278,5 @@ def test_all_is_sorted_and_resolves(name: str) -> None:
 @pytest.mark.parametrize("name", PUBLIC)
 def test_docstring_examples(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no examples to run"
     assert result.failed == 0

@@ -3,6 +3,7 @@ refusals (routes that do not go into the pod namespace; a namespace with a defau
 
 from __future__ import annotations
 
+import doctest
 import pathlib
 
 import pytest
@@ -10,6 +11,12 @@ import pytest
 from tests.support.raysim import host, inside
 
 CIDR = "198.18.0.0/20"
+
+
+def test_the_modules_doctests_pass() -> None:
+    result = doctest.testmod(host)  # inside.py has no examples: test_inside.py tests it
+    assert result.attempted > 0, "host.py lost its examples"
+    assert result.failed == 0
 
 
 def pod(uid: str, ip: str | None, *, phase: str = "Running", created: str = "2026-01-01T00:00:00Z",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.raysim import host, inside, serve
+from tests.support.raysim import serve
 
 
 class Clock:
@@ -32,9 +32,9 @@ def statuses(head: serve.Head) -> dict[str, str]:
 
 
 def test_the_modules_doctests_pass() -> None:
-    for module in (serve, host, inside):
-        result = doctest.testmod(module)
-        assert result.failed == 0, module.__name__
+    result = doctest.testmod(serve)
+    assert result.attempted > 0, "serve.py lost its examples"
+    assert result.failed == 0
 
 
 def test_before_any_put_serve_is_not_running_and_the_status_is_empty() -> None:
