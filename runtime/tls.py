@@ -150,7 +150,7 @@ def issue(
             f"subjectAltName={','.join(sans)}\n"
         )
         openssl("req", *_EC, "-keyout", "tls.key", "-out", "tls.csr", "-subj", f"/CN={subject}",
-                 cwd=work)  # fmt: skip
+                cwd=work)  # fmt: skip
         openssl(
             "x509", "-req", "-in", "tls.csr", "-CA", str(ca.cert.resolve()),
             "-CAkey", str(ca.key.resolve()), "-set_serial", _serial(), "-days", str(days),

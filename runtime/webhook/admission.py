@@ -41,6 +41,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, cast
 
+from runtime._internal import review as review_
 from runtime.webhook import jsonpatch
 
 __all__ = [
@@ -161,15 +162,8 @@ class Request:
     def from_review(cls, review: Any) -> Request:
         """The request of an ``admission.k8s.io/v1`` AdmissionReview (:class:`ReviewError`
         if ``review`` is not one)."""
-        body = _mapping(review, "the AdmissionReview")
-        if body.get("apiVersion") != API_VERSION or body.get("kind") != "AdmissionReview":
-            raise ReviewError(
-                f"expected an {API_VERSION} AdmissionReview, got "
-                f"{body.get('apiVersion')!r} {body.get('kind')!r}"
-            )
-        request = body.get("request")
-        if not isinstance(request, Mapping) or not request.get("uid"):
-            raise ReviewError("the AdmissionReview has no request with a uid")
+        body = _mapping(review, "the AdmissionReview")  # null reads as {}: "expected an ..."
+        request = review_.request_of(body, API_VERSION, "AdmissionReview", ReviewError)
         operation = request.get("operation")
         if operation not in _OPERATIONS:
             raise ReviewError(f"unknown operation {operation!r}")

@@ -24,8 +24,9 @@ per ``(group, kind)`` and answers a whole review (:meth:`Converters.review`):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any, Protocol, cast
+
+from runtime._internal import review as review_
 
 __all__ = ["API_VERSION", "Converter", "Converters", "Request"]
 
@@ -50,16 +51,7 @@ class Request:
     @classmethod
     def from_review(cls, review: Any) -> Request:
         """The request of a ConversionReview; :class:`ValueError` if ``review`` is not one."""
-        if not isinstance(review, Mapping):
-            raise ValueError("the ConversionReview must be an object")
-        if review.get("apiVersion") != API_VERSION or review.get("kind") != "ConversionReview":
-            raise ValueError(
-                f"expected an {API_VERSION} ConversionReview, got "
-                f"{review.get('apiVersion')!r} {review.get('kind')!r}"
-            )
-        request = review.get("request")
-        if not isinstance(request, Mapping) or not request.get("uid"):
-            raise ValueError("the ConversionReview has no request with a uid")
+        request = review_.request_of(review, API_VERSION, "ConversionReview", ValueError)
         desired = request.get("desiredAPIVersion")
         objects = request.get("objects") or []
         if not isinstance(desired, str) or "/" not in desired:
