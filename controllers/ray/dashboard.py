@@ -94,15 +94,15 @@ both :class:`Dashboards` and :class:`controllers.ray.fake.FakeDashboards` satisf
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import aiohttp
 import pydantic
 
-from api.v1 import meta, rayservice
+from api.v1 import meta
+from controllers.ray import serve
 from runtime.client import client as client_
 from runtime.client import errors as errors_
 
@@ -141,7 +141,7 @@ ADDRESS_MODES: tuple[Mode, ...] = ("service", "pod-ip", "kubernetes-proxy")
 """The address modes, the default first."""
 
 DEFAULT_DASHBOARD_PORT = 8265
-DEFAULT_SERVE_PORT = 8000
+DEFAULT_SERVE_PORT = serve.DEFAULT_SERVE_PORT
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 APPLICATIONS_PATH = "/api/serve/applications/"
 HEALTHZ_PATH = "/-/healthz"
@@ -160,58 +160,13 @@ _ERROR_TEXT_IN_MESSAGE = 1000
 # -- models ---------------------------------------------------------------------------------
 
 
-ApplicationStatus = rayservice.ApplicationStatus
-"""Serve application statuses known in Ray 2.60: the API's own enum (a status is kept even
-if not there)."""
-
-
-class DeploymentStatus(enum.StrEnum):
-    """Serve deployment statuses known in Ray 2.60."""
-
-    UPDATING = "UPDATING"
-    HEALTHY = "HEALTHY"
-    UNHEALTHY = "UNHEALTHY"
-    DEPLOY_FAILED = "DEPLOY_FAILED"
-    UPSCALING = "UPSCALING"
-    DOWNSCALING = "DOWNSCALING"
-
-
-def _empty_if_none(value: object) -> object:
-    return "" if value is None else value
-
-
-_Text = Annotated[str, pydantic.BeforeValidator(_empty_if_none)]
-"""A string where Ray may send ``null`` (read as ``""``)."""
-
-
-class _Model(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="allow", frozen=True, strict=True)
-
-
-class DeploymentDetails(_Model):
-    """One deployment of an application (other fields Ray sends: ``model_extra``)."""
-
-    name: _Text = ""
-    status: str
-    message: _Text = ""
-
-
-class ApplicationDetails(_Model):
-    """One Serve application (other fields Ray sends: ``model_extra``)."""
-
-    name: _Text = ""
-    status: str
-    message: _Text = ""
-    route_prefix: str | None = None
-    deployments: dict[str, DeploymentDetails] = pydantic.Field(default_factory=dict)
-
-
-class ServeDetails(_Model):
-    """The answer to ``GET /api/serve/applications/``: the applications by name."""
-
-    applications: dict[str, ApplicationDetails] = pydantic.Field(default_factory=dict)
-    target_capacity: float | None = None
-    """Serve's ``target_capacity`` (percent of every deployment's replicas); None: 100."""
+ApplicationStatus = serve.ApplicationStatus
+DeploymentStatus = serve.DeploymentStatus
+DeploymentDetails = serve.DeploymentDetails
+ApplicationDetails = serve.ApplicationDetails
+ServeDetails = serve.ServeDetails
+"""The models of Serve's answers live in :mod:`controllers.ray.serve` (pure data, no I/O);
+these names are theirs."""
 
 
 def parse_serve_details(body: bytes | str) -> ServeDetails:

@@ -49,15 +49,33 @@ from typing import Any
 import api.v1 as v1
 from controllers.ray import dashboard, serveconfig
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters, services
+from controllers.rayservice import clusters, report, services
 from controllers.rayservice import plan as plan_
-from runtime import events
+from runtime import clock, events, reconcile
 from runtime import status as status_writer
 from runtime.client import errors
 
-__all__ = ["Executor"]
+__all__ = ["Executor", "ServeFailed"]
 
 Obj = dict[str, Any]
+
+
+class ServeFailed(Exception):
+    """The dashboard could not be read, or refused the config (retried with backoff)."""
+
+    def __init__(self, message: str, *, refusal: str | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        """Serve's answer when it refused the config (worth showing in the status)."""
+
+
+def raised(failure: plan_.Failure) -> Exception:
+    """The exception a plan's :class:`~controllers.rayservice.plan.Failure` ends the pass
+    with: a :class:`~runtime.reconcile.TerminalError` (never retried until the object
+    changes), else a :class:`ServeFailed` (retried with backoff)."""
+    if failure.terminal:
+        return reconcile.TerminalError(failure.message)
+    return ServeFailed(failure.message, refusal=failure.refusal)
 
 
 class Executor:
@@ -70,9 +88,20 @@ class Executor:
         self.recorder = recorder
         self.writer = writer
 
-    async def act(self, service: Obj, plan: plan_.Plan, *, spent: float) -> float | None:
+    async def act(
+        self,
+        service: Obj,
+        plan: plan_.Plan,
+        *,
+        spent: float,
+        dashboards: Mapping[str, dashboard.DashboardClient] | None = None,
+    ) -> float | None:
         """Make ``plan``'s writes for ``service`` (see the module docstring); returns
-        when to look again (``spent``: seconds the dashboard took while observing)."""
+        when to look again (``spent``: seconds the dashboard took while observing).
+        ``dashboards``: the client of each cluster whose dashboard observe read, by name
+        (:class:`controllers.rayservice.observe.Observation`): the plan names clusters,
+        these reach them."""
+        reach = dashboards or {}
         for event in plan.events:
             self.recorder.event(
                 service, event.type, event.reason, event.message, action=event.action
@@ -86,17 +115,19 @@ class Executor:
             await self._create_service(service, svc)
         if plan.submit is not None:
             started = time.monotonic()
-            refused = await self._submit(service, plan.submit)
+            refused = await self._submit(service, plan.submit, reach)
             spent += time.monotonic() - started
             if refused is not None:
-                await self.write(service, plan.refused(refused.refusal))
+                after = _after_put(plan, None, refused.refusal)
+                if after is not None:
+                    await self.write(service, after)
                 raise refused
-        if plan.submit is not None and plan.replaces_running_config():
+        if plan.submit is not None and plan.reread:
             # Serve's applications after the PUT, and the hash annotation: both only
             # after the PUT, neither after the other, so at once (one round trip less in
             # a pass that a user's next change may race).
             started = time.monotonic()
-            reread = asyncio.ensure_future(self._reread(plan.submit, plan))
+            reread = asyncio.ensure_future(self._reread(reach[plan.submit.cluster], plan))
             try:
                 if plan.serve_annotation is not None:
                     await self._annotate(plan.serve_annotation)
@@ -110,14 +141,17 @@ class Executor:
         if plan.capacity is not None:
             started = time.monotonic()
             refused = await self._submit(
-                service, plan.capacity, ok=("UpdatedServeTargetCapacity", plan.capacity_message)
+                service,
+                plan.capacity,
+                reach,
+                ok=("UpdatedServeTargetCapacity", plan.capacity_message),
             )
             spent += time.monotonic() - started
             if refused is not None:
                 raise refused
         for relabel in (plan.relabel, plan.relabel_serving):
             if relabel is not None:
-                await self._relabel(service, relabel)
+                await self._relabel(service, relabel, reach)
         for point in plan.gateway_points:
             await self._gateway(service, point)
         if plan.delete_after is not None:
@@ -131,7 +165,7 @@ class Executor:
         if status is not None and not await self.write(service, status):
             return None  # the spec changed meanwhile: its own watch event brings the next pass
         if plan.error is not None:
-            raise plan.error
+            raise raised(plan.error)
         return plan.requeue_after(spent)
 
     async def write(self, service: Obj, status: Mapping[str, Any]) -> bool:
@@ -197,23 +231,28 @@ class Executor:
                 action="Create",
             )  # fmt: skip
 
-    async def _reread(self, submit: plan_.Submit, plan: plan_.Plan) -> Obj | None:
+    async def _reread(self, client: dashboard.DashboardClient, plan: plan_.Plan) -> Obj | None:
         """The status to report after a successful PUT: from the applications Serve
-        reports now (:meth:`~controllers.rayservice.plan.Plan.submitted`); the plan's
-        own when Serve cannot be read (the next poll will)."""
+        reports now (:func:`controllers.rayservice.report.after_put`); the plan's own when
+        Serve cannot be read (the next poll will)."""
         try:
-            details = await submit.client.get_serve_applications()
+            details = await client.get_serve_applications()
         except dashboard.DashboardError:
             return plan.status
-        return plan.submitted(details)
+        return _after_put(plan, report.applications(details))
 
     async def _submit(
-        self, service: Obj, submit: plan_.Submit, *, ok: tuple[str, str | None] | None = None
-    ) -> plan_.ServeFailed | None:
+        self,
+        service: Obj,
+        submit: plan_.Submit,
+        reach: Mapping[str, dashboard.DashboardClient],
+        *,
+        ok: tuple[str, str | None] | None = None,
+    ) -> ServeFailed | None:
         """PUT the config; the failure to raise (after the status is written), if any.
         ``ok``: the Event's reason and message on success (default: the applications')."""
         try:
-            await submit.client.put_serve_applications(submit.config)
+            await reach[submit.cluster].put_serve_applications(submit.config)
         except dashboard.DashboardError as exc:
             # Serve's refusal may echo values of the config (env_vars...): they reach
             # neither the status, nor Events, nor logs.
@@ -236,7 +275,7 @@ class Executor:
                 if isinstance(exc, dashboard.DashboardHTTPError)
                 else None
             )
-            return plan_.ServeFailed(
+            return ServeFailed(
                 f"cannot submit the Serve config to {submit.cluster}: {said}", refusal=refusal
             )
         reason, message = ok or (
@@ -289,12 +328,18 @@ class Executor:
             {"metadata": {"annotations": dict(annotate.annotations)}},
         )  # fmt: skip
 
-    async def _relabel(self, service: Obj, relabel: plan_.Relabel) -> None:
+    async def _relabel(
+        self,
+        service: Obj,
+        relabel: plan_.Relabel,
+        reach: Mapping[str, dashboard.DashboardClient],
+    ) -> None:
         meta = relabel.pod["metadata"]
         value = relabel.value
         if value is None:  # from the proxy, now that the config is submitted
-            assert relabel.client is not None
-            value = "true" if await relabel.client.serve_proxy_healthy(relabel.pod) else "false"
+            assert relabel.cluster is not None
+            healthy = await reach[relabel.cluster].serve_proxy_healthy(relabel.pod)
+            value = "true" if healthy else "false"
             if (meta.get("labels") or {}).get(raycluster.SERVE_LABEL) == value:
                 return
         try:
@@ -331,3 +376,16 @@ class Executor:
         self.recorder.event(
             service, "Normal", "UpdatedService", f"Updated Service {name}", action="Update"
         )
+
+
+def _after_put(
+    plan: plan_.Plan, applications: Obj | None, refusal: str | None = None
+) -> Obj | None:
+    """The status once the PUT was made (or refused): the plan's, computed again from what
+    it observed and what Serve said since (:func:`controllers.rayservice.report.after_put`)."""
+    if plan.observed is None or plan.now is None or (refusal is None and plan.status is None):
+        return plan.status
+    return report.after_put(
+        plan.service, plan.observed, target=plan.target, applications=applications,
+        now=clock.rfc3339(plan.now), refusal=refusal,
+    )  # fmt: skip

@@ -47,15 +47,33 @@ from typing import Any
 import api.v1 as v1
 from controllers.ray import dashboard, serveconfig
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import clusters, gateway, services, tokens, validation
-from controllers.rayservice import plan as plan_
+from controllers.rayservice import (
+    clusters,
+    gateway,
+    roles,
+    services,
+    serving,
+    tokens,
+    validation,
+)
+from controllers.rayservice import snapshot as snapshot_
 from runtime import objects
 from runtime.cache import cache as cache_
 from runtime.client import errors
 
-__all__ = ["not_the_head_service", "observe"]
+__all__ = ["Observation", "not_the_head_service", "observe"]
 
 Obj = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What :func:`observe` found: the snapshot the plan decides from, and the dashboard
+    client of each cluster whose dashboard it read (act reaches a cluster the plan names
+    through these)."""
+
+    snapshot: snapshot_.Snapshot
+    dashboards: Mapping[str, dashboard.DashboardClient] = dataclasses.field(default_factory=dict)
 
 
 async def observe(
@@ -70,12 +88,46 @@ async def observe(
     zero_downtime: bool,
     incremental_gate: bool = True,
     gateway_api: bool = True,
-) -> plan_.Snapshot:
-    """Read what a pass over ``service`` decides from (see the module docstring);
-    ``now`` only tells whether the pass stops before the clusters (a timeout),
-    ``zero_downtime`` and ``incremental_gate`` which cluster is the target
-    (:func:`controllers.rayservice.plan.roles`); ``gateway_api``: the Gateway API is
-    served (its objects are in the cache)."""
+) -> Observation:
+    """Read what a pass over ``service`` decides from (see the module docstring); the
+    roles are decided once here (:func:`controllers.rayservice.roles.decide`: ``now``
+    tells whether the pass stops before the clusters, ``zero_downtime`` and
+    ``incremental_gate`` which cluster is the target); ``gateway_api``: the Gateway API
+    is served (its objects are in the cache)."""
+    snapshot = await _from_cache(service, cache, incremental_gate, gateway_api)
+    snapshot = roles.decide(
+        snapshot, now, zero_downtime=zero_downtime, incremental_gate=incremental_gate
+    )
+    decided = snapshot.roles
+    if decided is None:  # invalid, suspended, timed out, or an object we do not control
+        return Observation(snapshot)
+    if decided.need_new and decided.pending is None:
+        snapshot = dataclasses.replace(snapshot, names_in_use=await _names(cache, service))
+    if decided.need_new and decided.active is not None:
+        serving_head = await _serving_head(
+            cache, dashboards, decided.active, service, address_mode, cluster_domain
+        )
+        snapshot = dataclasses.replace(snapshot, serving_head=serving_head)
+    reach = _Reach(cache, dashboards, tokens, address_mode, cluster_domain)
+    serve_config = snapshot.validated.serve_config
+    clients: dict[str, dashboard.DashboardClient] = {}
+    if decided.target is not None and serve_config:
+        view = await _serve_view(reach, decided.target, service, serve_config, clients)
+        snapshot = dataclasses.replace(snapshot, serve=view)
+    stepwise = roles.incremental_mode(snapshot.validated.spec, incremental_gate)
+    other = decided.other if stepwise else None
+    if other is not None and other is not decided.target:
+        # The cluster an incremental upgrade moves from: its Serve target_capacity and
+        # applications (no config is submitted to it; its config is read back if needed).
+        view = await _serve_view(reach, other, service, serve_config or {}, clients)
+        snapshot = dataclasses.replace(snapshot, other_serve=view)
+    return Observation(snapshot, clients)
+
+
+async def _from_cache(
+    service: Obj, cache: cache_.Cache, incremental_gate: bool, gateway_api: bool
+) -> snapshot_.Snapshot:
+    """The RayService validated, and what the cache holds around it."""
     text = (service.get("spec") or {}).get("serveConfigV2")
     if isinstance(text, str):
         await serveconfig.parse_off_loop(text)  # once per text, never on the loop
@@ -89,23 +141,18 @@ async def observe(
         )
     )
     if checked.spec is None:
-        return plan_.Snapshot(service=service, validated=checked, endpoints=endpoints)
-    owned = tuple(
-        sorted(
-            (
-                c
-                for c in await cache.list(
-                    v1.RAYCLUSTERS, namespace, label_selector=clusters.owned_selector(name)
-                )
-                if objects.is_controlled_by(c, service)
-            ),
-            key=lambda c: str(c["metadata"]["name"]),
-        )
+        return snapshot_.Snapshot(service=service, validated=checked, endpoints=endpoints)
+    listed = await cache.list(
+        v1.RAYCLUSTERS, namespace, label_selector=clusters.owned_selector(name)
     )
-    snapshot = plan_.Snapshot(
+    owned = sorted(
+        (c for c in listed if objects.is_controlled_by(c, service)),
+        key=lambda c: str(c["metadata"]["name"]),
+    )
+    snapshot = snapshot_.Snapshot(
         service=service,
         validated=checked,
-        owned=owned,
+        owned=tuple(owned),
         head_svc=await _get(cache, services.SERVICES, namespace, services.head_service_name(name)),
         serve_svc=await _get(
             cache, services.SERVICES, namespace, services.serve_service_name(service)
@@ -113,53 +160,14 @@ async def observe(
         endpoints=endpoints,
         gateway_api=gateway_api,
     )
-    if plan_.incremental_mode(checked.spec, incremental_gate):
+    if roles.incremental_mode(checked.spec, incremental_gate):
         snapshot = await _gateway_side(cache, snapshot, gateway_api)
-    decided = plan_.roles(
-        snapshot, now, zero_downtime=zero_downtime, incremental_gate=incremental_gate
-    )
-    if decided is None:  # suspended, timed out, or a Service we do not control
-        return snapshot
-    if decided.need_new and decided.pending is None:
-        snapshot = dataclasses.replace(snapshot, names_in_use=await _names(cache, service))
-    if decided.need_new and decided.active is not None:
-        serving = await _serving_head(
-            cache, dashboards, decided.active, service, address_mode, cluster_domain
-        )
-        snapshot = dataclasses.replace(snapshot, serving_head=serving)
-    if decided.target is not None and checked.serve_config:
-        view = await _serve_view(
-            cache,
-            dashboards,
-            tokens,
-            decided.target,
-            service,
-            checked.serve_config,
-            address_mode,
-            cluster_domain,
-        )
-        snapshot = dataclasses.replace(snapshot, serve=view)
-    other = decided.other if plan_.incremental_mode(checked.spec, incremental_gate) else None
-    if other is not None and other is not decided.target:
-        # The cluster an incremental upgrade moves from: its Serve target_capacity and
-        # applications (no config is submitted to it; its config is read back if needed).
-        view = await _serve_view(
-            cache,
-            dashboards,
-            tokens,
-            other,
-            service,
-            checked.serve_config or {},
-            address_mode,
-            cluster_domain,
-        )
-        snapshot = dataclasses.replace(snapshot, other_serve=view)
     return snapshot
 
 
 async def _gateway_side(
-    cache: cache_.Cache, snapshot: plan_.Snapshot, gateway_api: bool
-) -> plan_.Snapshot:
+    cache: cache_.Cache, snapshot: snapshot_.Snapshot, gateway_api: bool
+) -> snapshot_.Snapshot:
     """An incremental upgrade's objects: the Gateway and the HTTPRoute (when the Gateway
     API is served), and each owned cluster's ``<cluster>-serve-svc`` with the pods ready
     behind it."""
@@ -260,7 +268,7 @@ async def _serving_head(
     service: Mapping[str, Any],
     mode: dashboard.Mode,
     cluster_domain: str,
-) -> plan_.ProxyView | None:
+) -> snapshot_.ProxyView | None:
     """The active cluster's head during an upgrade, with its proxy's health: one
     ``/-/healthz`` (none when the head is excluded from the serve service; a pod
     without an IP is unhealthy without asking). The dashboard is not read."""
@@ -269,10 +277,10 @@ async def _serving_head(
         return None
     name = cluster["metadata"]["name"]
     if (service.get("spec") or {}).get("excludeHeadPodFromServeSvc"):
-        return plan_.ProxyView(cluster=name, head=head)
+        return snapshot_.ProxyView(cluster=name, head=head)
     ip = (head.get("status") or {}).get("podIP")
     if not ip and mode != "kubernetes-proxy":
-        return plan_.ProxyView(cluster=name, head=head, healthy=False)
+        return snapshot_.ProxyView(cluster=name, head=head, healthy=False)
     address = dashboard.address(
         mode,
         cluster=name,
@@ -281,73 +289,83 @@ async def _serving_head(
         cluster_domain=cluster_domain,
     )
     healthy = await dashboards.client_for(address).serve_proxy_healthy(head)
-    return plan_.ProxyView(cluster=name, head=head, healthy=healthy)
+    return snapshot_.ProxyView(cluster=name, head=head, healthy=healthy)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reach:
+    """How dashboards are reached this pass."""
+
+    cache: cache_.Cache
+    dashboards: dashboard.DashboardFactory
+    tokens: tokens.Tokens
+    mode: dashboard.Mode
+    cluster_domain: str
 
 
 async def _serve_view(
-    cache: cache_.Cache,
-    dashboards: dashboard.DashboardFactory,
-    auth: tokens.Tokens,
+    reach: _Reach,
     cluster: Mapping[str, Any],
     service: Mapping[str, Any],
     serve_config: Mapping[str, Any],
-    mode: dashboard.Mode,
-    cluster_domain: str,
-) -> plan_.ServeView | None:
-    head = await _head_pod(cache, cluster)
+    clients: dict[str, dashboard.DashboardClient],
+) -> snapshot_.ServeView | None:
+    """What ``cluster``'s dashboard says of Serve (its client, once reached, goes into
+    ``clients``); None before its head pod is Running and Ready, or has an address."""
+    head = await _head_pod(reach.cache, cluster)
     if head is None or not raycluster.is_running_and_ready(head):
         return None
     namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
     head_service = None
-    if mode != "pod-ip":
+    if reach.mode != "pod-ip":
         status_head = (cluster.get("status") or {}).get("head") or {}
         head_service = str(status_head.get("serviceName") or raycluster.head_service_name(name))
         why = not_the_head_service(
-            await _get(cache, services.SERVICES, namespace, head_service), cluster
+            await _get(reach.cache, services.SERVICES, namespace, head_service), cluster
         )
         if why is not None:
-            failure = plan_.ServeFailed(
+            failure = (
                 f"the head Service {head_service} of RayCluster {name} {why}: its dashboard "
                 "is not contacted through it"
             )
-            return plan_.ServeView(cluster=name, head=head, failure=failure)
+            return snapshot_.ServeView(cluster=name, head=head, failure=failure)
     try:
         address = dashboard.address(
-            mode,
+            reach.mode,
             cluster=name,
             namespace=namespace,
             head_service=head_service,
             head_pod_ip=(head.get("status") or {}).get("podIP"),
-            cluster_domain=cluster_domain,
+            cluster_domain=reach.cluster_domain,
         )
     except ValueError:
         return None  # no IP yet (pod-ip mode)
     try:
-        token = await auth.token_for(cluster)
+        token = await reach.tokens.token_for(cluster)
     except tokens.TokenUnavailable as exc:
-        failure = plan_.ServeFailed(f"cannot read Serve applications of {name}: {exc}")
-        return plan_.ServeView(cluster=name, head=head, failure=failure)
-    client = dashboards.client_for(address, auth_token=token)
+        failure = f"cannot read Serve applications of {name}: {exc}"
+        return snapshot_.ServeView(cluster=name, head=head, failure=failure)
+    client = reach.dashboards.client_for(address, auth_token=token)
     started = time.monotonic()
     try:
         details = await client.get_serve_applications()
     except dashboard.DashboardError as exc:
         if isinstance(exc, dashboard.DashboardHTTPError) and exc.status in (401, 403):
-            auth.forget(cluster)  # a rotated Secret: read it again next pass
-        failure = plan_.ServeFailed(f"cannot read Serve applications of {name}: {exc}")
-        return plan_.ServeView(
+            reach.tokens.forget(cluster)  # a rotated Secret: read it again next pass
+        failure = f"cannot read Serve applications of {name}: {exc}"
+        return snapshot_.ServeView(
             cluster=name, head=head, failure=failure, spent=time.monotonic() - started
         )
+    clients[name] = client
     config_hash = clusters.serve_config_hash(serve_config)  # once per polled pass
     healthy = None
-    if plan_.asks_proxy(service, head, details) and not plan_.submits(
+    if serving.asks_proxy(service, head, details) and not serving.submits(
         cluster, details, serve_config, config_hash
     ):  # a config about to be submitted starts the proxy: it is asked after the PUT
         healthy = await client.serve_proxy_healthy(head)
-    return plan_.ServeView(
+    return snapshot_.ServeView(
         cluster=name,
         head=head,
-        client=client,
         details=details,
         proxy_healthy=healthy,
         spent=time.monotonic() - started,

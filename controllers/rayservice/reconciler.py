@@ -212,7 +212,7 @@ class Reconciler:
             service = await self._add_finalizer(service)
 
         now = self.clock()
-        snapshot = await observe.observe(
+        seen = await observe.observe(
             service,
             cache=self.cache,
             dashboards=self.dashboards,
@@ -225,7 +225,7 @@ class Reconciler:
             gateway_api=self.options.gateway_api,
         )
         decided = plan_.plan(
-            snapshot,
+            seen.snapshot,
             now=now,
             memory=self._memory.get(request, plan_.Memory()),
             settings=plan_.Settings(
@@ -240,8 +240,9 @@ class Reconciler:
             self._memory.pop(request, None)
         else:
             self._memory[request] = decided.memory
-        spent = snapshot.serve.spent if snapshot.serve is not None else 0.0
-        after = await self.executor.act(service, decided, spent=spent)
+        view = seen.snapshot.serve
+        spent = view.spent if view is not None else 0.0
+        after = await self.executor.act(service, decided, spent=spent, dashboards=seen.dashboards)
         return reconcile_.Result(requeue_after=after) if after is not None else reconcile_.Result()
 
     # -- lifecycle --------------------------------------------------------------------------

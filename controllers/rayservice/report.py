@@ -78,7 +78,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from api.v1 import rayservice as rayservice_
-from controllers.ray import dashboard
+from controllers.ray import serve
 from runtime import conditions
 
 __all__ = [
@@ -92,6 +92,7 @@ __all__ = [
     "ClusterReport",
     "Observed",
     "Problem",
+    "after_put",
     "applications",
     "compute",
     "initializing_since",
@@ -190,14 +191,14 @@ MAX_MESSAGE = 1000
 """Characters of a Serve message copied into the status (longer ones lose their middle)."""
 
 
-def applications(details: dashboard.ServeDetails) -> dict[str, Any]:
+def applications(details: serve.ServeDetails) -> dict[str, Any]:
     """``applicationStatuses`` from a dashboard answer (KubeRay's shape), bounded: at
     most :data:`MAX_APPLICATIONS` applications of :data:`MAX_DEPLOYMENTS` deployments,
     messages cut to :data:`MAX_MESSAGE` characters, so what a head answers can never
     outgrow the object (etcd's limit) or the operator's memory.
 
     >>> apps = {f"a{i}": {"status": "RUNNING", "message": "x" * 5000} for i in range(300)}
-    >>> found = applications(dashboard.ServeDetails.model_validate({"applications": apps}))
+    >>> found = applications(serve.ServeDetails.model_validate({"applications": apps}))
     >>> len(found), len(found["a0"]["message"])
     (100, 1000)
     """
@@ -255,27 +256,44 @@ def _initializing(serve_error: str | None) -> str:
     return f"{base}; {serve_error}" if serve_error else base
 
 
+class _Table:
+    """The conditions of the status being computed, by type, over the previous ones
+    (:func:`runtime.conditions.make`'s ``lastTransitionTime`` rule)."""
+
+    def __init__(self, old: Mapping[str, Any], generation: int, now: str) -> None:
+        self.previous = {c.get("type"): c for c in old.get("conditions") or ()}
+        self.made: dict[str, Obj] = {}
+        self.generation = generation
+        self.now = now
+
+    def set(self, type_: str, status: str, reason: str, message: str) -> None:
+        self.made[type_] = conditions.make(
+            type_, status, reason, message, generation=self.generation, now=self.now,
+            previous=self.previous.get(type_),
+        )  # fmt: skip
+
+    def keep(self, *types: str) -> None:
+        """The previous conditions of ``types`` (all when none is named) as they were,
+        where none was made."""
+        for type_, cond in self.previous.items():
+            if type_ is not None and type_ not in self.made and (not types or type_ in types):
+                self.made[type_] = dict(cond)
+
+    def listed(self) -> list[Obj]:
+        return [self.made[t] for t in _ORDER if t in self.made]
+
+
 def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
     """The RayService's new ``status`` (see the module docstring)."""
     old: Mapping[str, Any] = service.get("status") or {}
     generation = int((service.get("metadata") or {}).get("generation") or 0)
-    previous = {c.get("type"): c for c in old.get("conditions") or ()}
-    made: dict[str, Obj] = {}
-
-    def set_(type_: str, status: str, reason: str, message: str) -> None:
-        made[type_] = conditions.make(
-            type_, status, reason, message, generation=generation, now=now,
-            previous=previous.get(type_),
-        )  # fmt: skip
-
+    table = _Table(old, generation, now)
     new: Obj = {"observedGeneration": generation}
     if observed.suspend is not None:
-        for type_, cond in previous.items():
-            if type_ is not None:
-                made[type_] = dict(cond)
-        _suspending(observed.suspend, set_)
+        _suspending(observed.suspend, table.set)
+        table.keep()
         new["numServeEndpoints"] = 0
-        new["conditions"] = [made[t] for t in _ORDER if t in made]
+        new["conditions"] = table.listed()
         new["serviceStatus"] = ""
         return new
     if observed.problem is not None and observed.active is None and observed.pending is None:
@@ -285,11 +303,9 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
                 if k not in ("conditions", "lastUpdateTime", "observedGeneration")}  # fmt: skip
         new.update(kept)
         new["numServeEndpoints"] = observed.num_serve_endpoints
-        set_(READY, "False", observed.problem.reason, observed.problem.message)
-        for type_, cond in previous.items():
-            if type_ != READY and type_ is not None:
-                made[type_] = dict(cond)
-        new["conditions"] = [made[t] for t in _ORDER if t in made]
+        table.set(READY, "False", observed.problem.reason, observed.problem.message)
+        table.keep()
+        new["conditions"] = table.listed()
         new["serviceStatus"] = ""
         return new
     active = _cluster_status(observed.active, old.get("activeServiceStatus"))
@@ -299,79 +315,115 @@ def compute(service: Mapping[str, Any], observed: Observed, *, now: str) -> Obj:
     if pending is not None:
         new["pendingServiceStatus"] = pending
     new["numServeEndpoints"] = observed.num_serve_endpoints
+    _ready(table, observed)
+    _upgrade(table, active is not None, pending is not None)
+    _rollback(table, observed)
+    table.keep(ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED)
+    new["conditions"] = table.listed()
+    ready = table.made.get(READY)
+    new["serviceStatus"] = "Running" if ready is not None and ready["status"] == "True" else ""
+    return new
 
-    # Ready
-    old_ready = previous.get(READY)
+
+def _ready(table: _Table, observed: Observed) -> None:
+    """``Ready``: the serve endpoints, a problem, a timeout, or initializing."""
+    old_ready = table.previous.get(READY)
     was_ready = old_ready is not None and (
         old_ready.get("status") == "True"
         or old_ready.get("reason") == _REASONS.ZERO_SERVE_ENDPOINTS
     )  # once ready, zero endpoints stay ZeroServeEndpoints: it is not initializing again
     if observed.problem is not None:
-        set_(READY, "False", observed.problem.reason, observed.problem.message)
+        table.set(READY, "False", observed.problem.reason, observed.problem.message)
     elif observed.num_serve_endpoints > 0:
-        set_(READY, "True", _REASONS.NON_ZERO_SERVE_ENDPOINTS,
-             "Number of serve endpoints is greater than 0")  # fmt: skip
+        table.set(READY, "True", _REASONS.NON_ZERO_SERVE_ENDPOINTS,
+                  "Number of serve endpoints is greater than 0")  # fmt: skip
     elif was_ready:
-        set_(
+        table.set(
             READY, "False", _REASONS.ZERO_SERVE_ENDPOINTS, "Number of serve endpoints dropped to 0"
         )
     elif observed.timed_out is not None:
-        set_(READY, "False", _REASONS.INITIALIZING_TIMEOUT, observed.timed_out)
+        table.set(READY, "False", _REASONS.INITIALIZING_TIMEOUT, observed.timed_out)
     elif (
         old_ready is not None
         and old_ready.get("status") == "False"
         and old_ready.get("reason") == _REASONS.INITIALIZING_TIMEOUT
     ):
-        made[READY] = dict(old_ready)  # terminal
+        table.made[READY] = dict(old_ready)  # terminal
     elif (
         old_ready is not None
         and old_ready.get("reason") == _REASONS.INITIALIZING
-        and int(old_ready.get("observedGeneration") or 0) == generation
+        and int(old_ready.get("observedGeneration") or 0) == table.generation
     ):
-        made[READY] = dict(old_ready)  # initializing: keep its start time
-        made[READY]["message"] = _initializing(observed.serve_error)
+        table.made[READY] = dict(old_ready)  # initializing: keep its start time
+        table.made[READY]["message"] = _initializing(observed.serve_error)
     else:
-        set_(READY, "False", _REASONS.INITIALIZING, _initializing(observed.serve_error))
+        table.set(READY, "False", _REASONS.INITIALIZING, _initializing(observed.serve_error))
         if old_ready is not None and old_ready.get("status") == "False":
-            made[READY]["lastTransitionTime"] = now  # a new generation starts afresh
-    ready_now = made[READY]
+            table.made[READY]["lastTransitionTime"] = table.now  # a new generation: afresh
+    ready_now = table.made[READY]
     if ready_now["reason"] == _REASONS.ZERO_SERVE_ENDPOINTS and observed.serve_error:
         ready_now["message"] = f"Number of serve endpoints dropped to 0; {observed.serve_error}"
 
-    # UpgradeInProgress
-    old_upgrade = previous.get(UPGRADE_IN_PROGRESS)
-    if active is not None and pending is not None:
-        set_(UPGRADE_IN_PROGRESS, "True", _REASONS.BOTH_ACTIVE_PENDING_CLUSTERS_EXIST,
-             "Both active and pending Ray clusters exist")  # fmt: skip
-    elif active is not None:
-        set_(UPGRADE_IN_PROGRESS, "False", _REASONS.NO_PENDING_CLUSTER,
-             "Active Ray cluster exists and no pending Ray cluster")  # fmt: skip
+
+def _upgrade(table: _Table, active: bool, pending: bool) -> None:
+    """``UpgradeInProgress``: both clusters, the active one only, or none."""
+    old_upgrade = table.previous.get(UPGRADE_IN_PROGRESS)
+    if active and pending:
+        table.set(UPGRADE_IN_PROGRESS, "True", _REASONS.BOTH_ACTIVE_PENDING_CLUSTERS_EXIST,
+                  "Both active and pending Ray clusters exist")  # fmt: skip
+    elif active:
+        table.set(UPGRADE_IN_PROGRESS, "False", _REASONS.NO_PENDING_CLUSTER,
+                  "Active Ray cluster exists and no pending Ray cluster")  # fmt: skip
     elif old_upgrade is None or old_upgrade.get("reason") in (
         _REASONS.INITIALIZING,
         _REASONS.INITIALIZING_TIMEOUT,
     ):
-        set_(UPGRADE_IN_PROGRESS, "False", _REASONS.INITIALIZING, "RayService is initializing")
+        table.set(UPGRADE_IN_PROGRESS, "False", _REASONS.INITIALIZING, "RayService is initializing")
     else:
-        set_(UPGRADE_IN_PROGRESS, "Unknown", _REASONS.NO_ACTIVE_CLUSTER,
-             "No active Ray cluster exists, and the RayService is not initializing")  # fmt: skip
+        none = "No active Ray cluster exists, and the RayService is not initializing"
+        table.set(UPGRADE_IN_PROGRESS, "Unknown", _REASONS.NO_ACTIVE_CLUSTER, none)
 
-    # RollbackInProgress: present once it has happened. Suspending, Suspended: as they were.
-    old_rollback = previous.get(ROLLBACK_IN_PROGRESS)
+
+def _rollback(table: _Table, observed: Observed) -> None:
+    """``RollbackInProgress``: present once it has happened."""
+    old_rollback = table.previous.get(ROLLBACK_IN_PROGRESS)
     if observed.rolling_back and observed.rollback_message is not None:
-        set_(ROLLBACK_IN_PROGRESS, "True", "DesiredClusterSpecChanged", observed.rollback_message)
+        table.set(
+            ROLLBACK_IN_PROGRESS, "True", "DesiredClusterSpecChanged", observed.rollback_message
+        )
     elif observed.rolling_back:
-        set_(ROLLBACK_IN_PROGRESS, "True", ROLLBACK_IN_PROGRESS,
-             "The spec returned to the active cluster's; dropping the pending cluster")  # fmt: skip
+        back = "The spec returned to the active cluster's; dropping the pending cluster"
+        table.set(ROLLBACK_IN_PROGRESS, "True", ROLLBACK_IN_PROGRESS, back)
     elif old_rollback is not None and old_rollback.get("status") == "True":
-        set_(ROLLBACK_IN_PROGRESS, "False", "RollbackComplete", "No rollback in progress")
-    for type_ in (ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED):
-        if type_ not in made and type_ in previous:
-            made[type_] = dict(previous[type_])
+        table.set(ROLLBACK_IN_PROGRESS, "False", "RollbackComplete", "No rollback in progress")
 
-    new["conditions"] = [made[t] for t in _ORDER if t in made]
-    ready = made.get(READY)
-    new["serviceStatus"] = "Running" if ready is not None and ready["status"] == "True" else ""
-    return new
+
+def after_put(
+    service: Mapping[str, Any],
+    observed: Observed,
+    *,
+    target: str | None,
+    applications: Obj | None,
+    now: str,
+    refusal: str | None = None,
+) -> Obj:
+    """The status once act made the PUT to ``target``: its ``applications`` as Serve
+    reports them after it (KubeRay v1.7.0 reads them after submitting too: else the write
+    reports the new generation with the replaced config's applications, and the next pass
+    writes again to correct them); when Serve refused the config (``refusal``, its answer
+    for ``Ready``'s message), ``applications`` is None: the status keeps what it said."""
+
+    def reread(cluster: ClusterReport | None) -> ClusterReport | None:
+        if cluster is None or cluster.name != target:
+            return cluster
+        return dataclasses.replace(cluster, applications=applications)
+
+    changed = dataclasses.replace(
+        observed, active=reread(observed.active), pending=reread(observed.pending)
+    )
+    if refusal is not None:
+        changed = dataclasses.replace(changed, serve_error=refusal)
+    return compute(service, changed, now=now)
 
 
 _ORDER = (READY, UPGRADE_IN_PROGRESS, ROLLBACK_IN_PROGRESS, SUSPENDING, SUSPENDED)

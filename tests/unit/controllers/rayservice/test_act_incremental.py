@@ -94,14 +94,21 @@ async def test_a_create_that_raced_the_cache_is_quiet_and_a_good_one_is_reported
 async def test_a_refused_target_capacity_is_a_warning_and_raises() -> None:
     head = fake_dashboards.FakeDashboard()
     head.fail("put", dashboard.DashboardHTTPError(400, "target_capacity: not allowed"))
-    capacity = plan.Submit("svc-a1b2c", head, {"applications": [], "target_capacity": 50})
+    capacity = plan.Submit("svc-a1b2c", {"applications": [], "target_capacity": 50})
+    reach = {"svc-a1b2c": head}
     run, recorder = executor(Client())
-    with pytest.raises(plan.ServeFailed):
-        await run.act(SERVICE, plan.Plan(capacity=capacity, capacity_message="m"), spent=0.0)
+    with pytest.raises(act.ServeFailed):
+        await run.act(
+            SERVICE, plan.Plan(capacity=capacity, capacity_message="m"), spent=0.0,
+            dashboards=reach,
+        )  # fmt: skip
     assert [r for _, r, _ in recorder.events] == ["FailedToUpdateTargetCapacity"]
     head.fail("put", None)
     run, recorder = executor(Client())
-    await run.act(SERVICE, plan.Plan(capacity=capacity, capacity_message="to 50"), spent=0.0)
+    await run.act(
+        SERVICE, plan.Plan(capacity=capacity, capacity_message="to 50"), spent=0.0,
+        dashboards=reach,
+    )  # fmt: skip
     assert recorder.events == [("Normal", "UpdatedServeTargetCapacity", "to 50")]
     assert head.target_capacity == 50
 

@@ -17,8 +17,17 @@ from typing import Any
 import pytest
 
 from controllers.ray import dashboard
-from controllers.rayservice import clusters, gateway, incremental, plan, services, validation
-from runtime import clock, reconcile
+from controllers.rayservice import (
+    clusters,
+    gateway,
+    incremental,
+    plan,
+    roles,
+    services,
+    validation,
+)
+from controllers.rayservice import snapshot as snapshot_
+from runtime import clock
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 SETTINGS = plan.Settings()
@@ -172,12 +181,7 @@ B = cluster(service(NEW), NEW)
 A_NAME, B_NAME = A["metadata"]["name"], B["metadata"]["name"]
 
 
-class NoCalls:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"a plan called the dashboard: {name}")
-
-
-def view(of: Obj, capacity: float | None, status: str = "RUNNING") -> plan.ServeView:
+def view(of: Obj, capacity: float | None, status: str = "RUNNING") -> snapshot_.ServeView:
     app = {"status": status, "route_prefix": "/", "deployments": {},
            "deployed_app_config": CONFIG["applications"][0]}  # fmt: skip
     answer = dashboard.ServeDetails.model_validate({
@@ -187,9 +191,8 @@ def view(of: Obj, capacity: float | None, status: str = "RUNNING") -> plan.Serve
     head = {"metadata": {"name": f"{of['metadata']['name']}-head", "namespace": "ns",
                          "labels": {"ray.io/serve": "true"}},
             "status": {"podIP": "198.18.0.4"}}  # fmt: skip
-    return plan.ServeView(
-        cluster=of["metadata"]["name"], head=head, client=NoCalls(),  # type: ignore[arg-type]
-        details=answer,
+    return snapshot_.ServeView(
+        cluster=of["metadata"]["name"], head=head, details=answer,
     )  # fmt: skip
 
 
@@ -219,12 +222,12 @@ def route(svc: Obj, weights: dict[str, int], *, at: datetime.datetime, ready: bo
 
 
 def snapshot(
-    svc: Obj, owned: list[Obj], *, active: Obj | None, serve: plan.ServeView | None = None,
-    other: plan.ServeView | None = None, gateway_obj: Obj | None = None,
+    svc: Obj, owned: list[Obj], *, active: Obj | None, serve: snapshot_.ServeView | None = None,
+    other: snapshot_.ServeView | None = None, gateway_obj: Obj | None = None,
     route_obj: Obj | None = None, endpoints: dict[str, int] | None = None,
     names: dict[str, str | None] | None = None, gateway_api: bool = True,
-) -> plan.Snapshot:  # fmt: skip
-    return plan.Snapshot(
+) -> snapshot_.Snapshot:  # fmt: skip
+    return snapshot_.Snapshot(
         service=svc,
         validated=validation.validate(svc),
         owned=tuple(owned),
@@ -243,8 +246,12 @@ def snapshot(
     )
 
 
-def make(snap: plan.Snapshot, settings: plan.Settings = SETTINGS) -> plan.Plan:
-    return plan.plan(snap, now=NOW, memory=plan.Memory(), settings=settings)
+def make(snap: snapshot_.Snapshot, settings: plan.Settings = SETTINGS) -> plan.Plan:
+    """The plan for ``snap``, its roles decided first, as observe does."""
+    decided = roles.decide(
+        snap, NOW, zero_downtime=settings.zero_downtime, incremental_gate=settings.incremental
+    )
+    return plan.plan(decided, now=NOW, memory=plan.Memory(), settings=settings)
 
 
 def route_weights(p: plan.Plan) -> dict[str, int] | None:
@@ -307,7 +314,7 @@ def upgrade(
     weights: dict[str, int], a_cap: float | None, b_cap: float | None, *,
     ago: float = 3600.0, svc: Obj | None = None, b_status: str = "RUNNING",
     gateway_ready: bool = True,
-) -> plan.Snapshot:  # fmt: skip
+) -> snapshot_.Snapshot:  # fmt: skip
     """Mid-upgrade as a restarted operator reads it from the objects."""
     svc = svc or service(NEW)
     at = NOW - datetime.timedelta(seconds=ago)
@@ -426,7 +433,7 @@ def test_a_third_spec_mid_upgrade_rolls_back_before_a_new_cluster() -> None:
 def test_with_the_gate_off_the_strategy_behaves_as_none() -> None:
     svc = service(NEW)
     off = plan.Settings(incremental=False)
-    snap = plan.Snapshot(
+    snap = snapshot_.Snapshot(
         service=svc, validated=validation.validate(svc, incremental=False), owned=(A,),
         head_svc=services.head_service(svc, A), serve_svc=services.serve_service(svc, A),
         endpoints=1, serve=view(A, None),
@@ -439,7 +446,8 @@ def test_with_the_gate_off_the_strategy_behaves_as_none() -> None:
 def test_without_the_gateway_api_the_service_says_so_and_stops() -> None:
     svc = service(OLD)
     p = make(snapshot(svc, [A], active=A, serve=view(A, 100), gateway_api=False))
-    assert isinstance(p.error, reconcile.TerminalError)
+    assert p.error is not None
+    assert p.error.terminal
     ready = next(c for c in p.status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "GatewayAPIUnavailable"
     assert [e.reason for e in p.events] == ["GatewayAPIUnavailable"]
@@ -461,7 +469,7 @@ def test_a_gateway_we_do_not_control_is_never_written() -> None:
 VEG = "applications:\n  - name: veg\n    import_path: veg:app\n"
 
 
-def new_config_upgrade() -> plan.Snapshot:
+def new_config_upgrade() -> snapshot_.Snapshot:
     """Mid-upgrade to a cluster that runs a new Serve config (its hash annotation says so)."""
     svc = service(NEW)
     svc["spec"]["serveConfigV2"] = VEG
@@ -494,8 +502,9 @@ def test_a_capacity_change_without_a_known_config_is_an_error_not_a_guess() -> N
     snap = dataclasses.replace(snap, other_serve=dataclasses.replace(old, details=details))
     p = make(snap)
     assert p.capacity is None
-    assert isinstance(p.error, plan.ServeFailed)
-    assert "config it runs is not known" in str(p.error)
+    assert p.error is not None
+    assert not p.error.terminal
+    assert "config it runs is not known" in p.error.message
 
 
 # -- a spec reverted at any step of an upgrade ------------------------------------------------
@@ -540,7 +549,7 @@ FORWARD = [
 ]
 
 
-def reverted(state: State, svc: Obj) -> plan.Snapshot:
+def reverted(state: State, svc: Obj) -> snapshot_.Snapshot:
     """The same objects with the spec back at A's (``svc``): the target is A, the drained
     one B."""
     snap = upgrade(*state, svc=svc)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from controllers.ray import dashboard
-from controllers.rayservice import clusters, plan, services, validation
-from runtime import reconcile
+from controllers.rayservice import clusters, plan, report, roles, services, validation
+from controllers.rayservice import snapshot as snapshot_
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 SETTINGS = plan.Settings()
@@ -87,20 +87,12 @@ def details(status: str = "RUNNING", deployed: bool = True) -> dashboard.ServeDe
     })  # fmt: skip
 
 
-class NoCalls:
-    """A dashboard client a plan may name but never call."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"a plan called the dashboard: {name}")
-
-
 def view(
     of: dict[str, Any], answer: dashboard.ServeDetails | None = None, **kw: Any
-) -> plan.ServeView:
-    return plan.ServeView(
+) -> snapshot_.ServeView:
+    return snapshot_.ServeView(
         cluster=of["metadata"]["name"],
         head=kw.pop("head", None) or head_pod(of),
-        client=NoCalls(),  # type: ignore[arg-type]
         details=answer if answer is not None else details(),
         **kw,
     )
@@ -111,13 +103,13 @@ def snapshot(
     owned: list[dict[str, Any]] = (),  # type: ignore[assignment]
     *,
     active: dict[str, Any] | None = None,
-    serve: plan.ServeView | None = None,
+    serve: snapshot_.ServeView | None = None,
     endpoints: int = 0,
     names: dict[str, str | None] | None = None,
-) -> plan.Snapshot:
+) -> snapshot_.Snapshot:
     head = services.head_service(svc, active) if active is not None else None
     serve_svc = services.serve_service(svc, active) if active is not None else None
-    return plan.Snapshot(
+    return snapshot_.Snapshot(
         service=svc,
         validated=validation.validate(svc),
         owned=tuple(owned),
@@ -129,8 +121,10 @@ def snapshot(
     )
 
 
-def make(snap: plan.Snapshot, memory: plan.Memory | None = None) -> plan.Plan:
-    return plan.plan(snap, now=NOW, memory=memory or plan.Memory(), settings=SETTINGS)
+def make(snap: snapshot_.Snapshot, memory: plan.Memory | None = None) -> plan.Plan:
+    """The plan for ``snap``, its roles decided first, as observe does."""
+    decided = roles.decide(snap, NOW, zero_downtime=SETTINGS.zero_downtime)
+    return plan.plan(decided, now=NOW, memory=memory or plan.Memory(), settings=SETTINGS)
 
 
 def ops(decided: plan.Plan) -> list[tuple[str, str]]:
@@ -160,7 +154,7 @@ B_NAME, A_NAME = B["metadata"]["name"], A["metadata"]["name"]
 
 @dataclasses.dataclass
 class Case:
-    snap: Callable[[], plan.Snapshot]
+    snap: Callable[[], snapshot_.Snapshot]
     ops: list[tuple[str, str]]
     check: Callable[[plan.Plan], object] = lambda p: True
     memory: plan.Memory | None = None
@@ -393,7 +387,7 @@ CASES = {
     "relabel: the serving head's proxy died during an upgrade": Case(
         lambda: dataclasses.replace(
             snapshot(SVC_NEW, [A, B], active=A, endpoints=1),
-            serving_head=plan.ProxyView(cluster=A_NAME, head=head_pod(A), healthy=False),
+            serving_head=snapshot_.ProxyView(cluster=A_NAME, head=head_pod(A), healthy=False),
         ),
         [],
         lambda p: p.relabel_serving is not None and p.relabel_serving.value == "false",
@@ -401,7 +395,7 @@ CASES = {
     "relabel: the serving head's label already follows its proxy": Case(
         lambda: dataclasses.replace(
             snapshot(SVC_NEW, [A, B], active=A, endpoints=1),
-            serving_head=plan.ProxyView(cluster=A_NAME, head=head_pod(A), healthy=True),
+            serving_head=snapshot_.ProxyView(cluster=A_NAME, head=head_pod(A), healthy=True),
         ),
         [],
         lambda p: p.relabel_serving is None,
@@ -465,7 +459,8 @@ def test_decision(name: str) -> None:
 def test_an_invalid_service_is_a_terminal_error_with_one_warning() -> None:
     svc = service(upgradeStrategy={"type": "Sideways"})
     decided = make(snapshot(svc))
-    assert isinstance(decided.error, reconcile.TerminalError)
+    assert decided.error is not None
+    assert decided.error.terminal
     assert [e.reason for e in decided.events] == ["InvalidRayServiceSpec"]
     assert ready(decided)["reason"] == "ValidationFailed"
     svc["status"] = decided.status  # the next pass sees it reported: no second Warning
@@ -512,16 +507,20 @@ def test_a_refused_put_reports_serves_answer_without_the_unread_applications() -
     decided = make(snapshot(SVC, [fresh], serve=view(fresh, details(deployed=False))))
     assert decided.submit is not None
     assert ready(decided)["message"] == "RayService is initializing"
-    status = decided.refused("Serve refused the config: import_path required")
+    assert decided.observed is not None
+    status = report.after_put(
+        decided.service, decided.observed, target=decided.target, applications=None,
+        now="2026-01-01T00:00:00Z", refusal="Serve refused the config: import_path required",
+    )  # fmt: skip
     message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
     assert message == "RayService is initializing; Serve refused the config: import_path required"
     assert "applicationStatuses" not in (status.get("pendingServiceStatus") or {})
 
 
 def test_a_dashboard_that_failed_is_raised_after_the_status() -> None:
-    failure = plan.ServeFailed("cannot read Serve applications of x: refused")
-    failed = plan.ServeView(cluster=A_NAME, head=head_pod(A), failure=failure)
+    failure = "cannot read Serve applications of x: refused"
+    failed = snapshot_.ServeView(cluster=A_NAME, head=head_pod(A), failure=failure)
     decided = make(snapshot(SVC, [A], active=A, serve=failed, endpoints=1))
-    assert decided.error is failure
+    assert decided.error == plan.Failure(failure)
     assert decided.status is not None
     assert decided.poll is None
