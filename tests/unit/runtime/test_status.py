@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from runtime import equality, metrics, status
+from runtime import metrics, status
 from runtime.client import errors, resources
 from runtime.testing import clock as clock_
 from runtime.testing import fake
@@ -48,82 +48,6 @@ async def test_a_new_status_is_written_once_then_skipped(client: fake.FakeClient
         assert again.outcome is status.Outcome.SKIPPED
     assert client.writes(subresource="status") == 1
     assert counted("skipped") - skipped_before == 10
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "same"),
-    [
-        ({"a": 1}, {"a": 1.0}, True),
-        ({"a": 1, "b": None}, {"a": 1}, True),
-        ({"x": {"p": 1, "q": 2}}, {"x": {"q": 2, "p": 1}}, True),
-        ({"a": 1, "lastUpdateTime": "t1"}, {"a": 1, "lastUpdateTime": "t2"}, True),
-        (
-            {"apps": [{"healthLastUpdateTime": "t1", "s": "OK"}]},
-            {"apps": [{"healthLastUpdateTime": "t2", "s": "OK"}]},
-            True,
-        ),
-        ({"a": 1}, {"a": 2}, False),
-        ({"l": [1, 2]}, {"l": [2, 1]}, False),
-        ({}, {"a": 0}, False),
-    ],
-)
-def test_semantic_equality(old: dict[str, Any], new: dict[str, Any], same: bool) -> None:
-    assert equality.equal(old, new, volatile={"lastUpdateTime", "healthLastUpdateTime"}) is same
-
-
-def resources_of(limits: dict[str, Any], **more: Any) -> dict[str, Any]:
-    return {"containers": [{"name": "c", "resources": {"limits": limits, **more}}]}
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "same"),
-    [
-        # what the API server makes of quantities: compared by value where Kubernetes has them
-        (resources_of({"cpu": "1", "memory": "1Gi"}),
-         resources_of({"cpu": "1000m", "memory": "1024Mi"}), True),
-        (resources_of({"cpu": "2"}), resources_of({"cpu": 2}), True),
-        (resources_of({"cpu": "500m"}), resources_of({"cpu": 0.5}), True),
-        (resources_of({"cpu": "1"}, requests={"cpu": "1"}),
-         resources_of({"cpu": "1"}, requests={"cpu": "1000m"}), True),
-        (resources_of({"cpu": "1"}), resources_of({"cpu": "2"}), False),
-        (resources_of({"cpu": "1"}), resources_of({"cpu": "1001m"}), False),
-        (resources_of({"cpu": "1"}), resources_of({"cpu": "1"}, requests={}), True),
-        (resources_of({"gpu": "lots"}), resources_of({"gpu": "lots"}), True),
-        (resources_of({"gpu": "lots"}), resources_of({"gpu": "1"}), False),
-        ({"spec": {"overhead": {"cpu": "250m"}}}, {"spec": {"overhead": {"cpu": "0.25"}}}, True),
-        ({"status": {"capacity": {"storage": "1Gi"}, "allocatable": {"pods": "110"}}},
-         {"status": {"capacity": {"storage": "1024Mi"}, "allocatable": {"pods": 110}}}, True),
-        ({"spec": {"hard": {"pods": "10"}}, "status": {"used": {"cpu": "1"}}},
-         {"spec": {"hard": {"pods": 10}}, "status": {"used": {"cpu": "1000m"}}}, True),
-        ({"emptyDir": {"sizeLimit": "1Gi"}}, {"emptyDir": {"sizeLimit": "1024Mi"}}, True),
-        ({"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}},
-         {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "0.001"}}, True),
-        # ... and nowhere else: an env var, a label or a ConfigMap key is a string
-        ({"env": [{"name": "N", "value": "1"}]}, {"env": [{"name": "N", "value": "1000m"}]},
-         False),
-        ({"data": {"sizeLimit": "1"}}, {"data": {"sizeLimit": "1000m"}}, False),
-        ({"data": {"limits": "1"}}, {"data": {"limits": "1000m"}}, False),
-        ({"labels": {"cpu": "2"}}, {"labels": {"cpu": 2}}, False),
-        ({"replicas": 2}, {"replicas": "2"}, False),
-        # empty maps and lists mean the same as absent ones (and as null), at any depth
-        ({"metadata": {"name": "a", "labels": {}}}, {"metadata": {"name": "a"}}, True),
-        ({"metadata": {"finalizers": []}}, {"metadata": {}}, True),
-        ({"spec": {"template": {"metadata": {"annotations": {}}}}}, {}, True),
-        ({"a": {"b": None, "c": []}}, {}, True),
-        (None, {}, True),
-        ({"l": [{}]}, {"l": []}, False),  # an item is not nothing
-        # ... except where Kubernetes gives an empty object a meaning
-        ({"volumes": [{"name": "v", "emptyDir": {}}]}, {"volumes": [{"name": "v"}]}, False),
-        ({"from": [{"namespaceSelector": {}}]}, {"from": [{}]}, False),
-        ({"from": [{"namespaceSelector": None}]}, {"from": [{}]}, True),
-        ({"spec": {"selector": {}}}, {"spec": {}}, True),  # a Service's: a map
-        ({"s": ""}, {}, False),  # an empty string is a value
-        ({"b": False}, {}, False),
-    ],
-)  # fmt: skip
-def test_semantic_equality_of_objects(old: Any, new: Any, same: bool) -> None:
-    assert equality.equal(old, new) is same
-    assert equality.equal(new, old) is same
 
 
 async def test_stamps_are_only_set_on_a_real_write(client: fake.FakeClient) -> None:

@@ -1,0 +1,107 @@
+"""``runtime/predicate.py``: which events are worth a reconcile. The ``*_changed``
+predicates pass every add and delete and judge updates by one metadata field; the
+combinators compose them."""
+
+from __future__ import annotations
+
+import doctest
+from typing import Any
+
+import pytest
+
+from runtime import predicate
+from runtime.cache.informer import Event
+
+
+def meta(generation: int = 1, rv: str = "5", **more: Any) -> dict[str, Any]:
+    return {"metadata": {"generation": generation, "resourceVersion": rv, **more},
+            "spec": {"size": generation}, "status": {"phase": f"p{rv}"}}  # fmt: skip
+
+
+def update(old: dict[str, Any], new: dict[str, Any]) -> Event:
+    return Event("update", new, old)
+
+
+CHANGED = [
+    predicate.generation_changed,
+    predicate.resource_version_changed,
+    predicate.label_changed,
+    predicate.annotation_changed,
+    predicate.spec_or_metadata_changed,
+]
+
+
+def test_the_modules_doctests_pass() -> None:
+    result = doctest.testmod(predicate)
+    assert result.attempted > 0, "predicate.py lost its examples"
+    assert result.failed == 0
+
+
+@pytest.mark.parametrize("changed", CHANGED, ids=lambda p: getattr(p, "__name__", "combined"))
+@pytest.mark.parametrize("kind", ["add", "delete"])
+def test_adds_and_deletes_always_pass(changed: predicate.Predicate, kind: str) -> None:
+    assert changed(Event(kind, meta()))  # type: ignore[arg-type]
+    assert changed(Event(kind, meta(), meta()))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("changed", CHANGED, ids=lambda p: getattr(p, "__name__", "combined"))
+def test_an_update_without_its_old_object_passes(changed: predicate.Predicate) -> None:
+    assert changed(Event("update", meta()))
+
+
+def test_each_update_predicate_judges_its_own_field() -> None:
+    base = meta(labels={"a": "1"}, annotations={"n": "x"})
+    cases = {
+        "spec (generation)": meta(2, "6", labels={"a": "1"}, annotations={"n": "x"}),
+        "status only": meta(1, "6", labels={"a": "1"}, annotations={"n": "x"}),
+        "labels": meta(1, "6", labels={"a": "2"}, annotations={"n": "x"}),
+        "annotations": meta(1, "6", labels={"a": "1"}, annotations={"n": "y"}),
+        "a resync (nothing)": meta(1, "5", labels={"a": "1"}, annotations={"n": "x"}),
+    }
+    got = {
+        what: [p(update(base, new)) for p in CHANGED] for what, new in cases.items()
+    }  # generation, resourceVersion, labels, annotations, spec_or_metadata
+    assert got == {
+        "spec (generation)": [True, True, False, False, True],
+        "status only": [False, True, False, False, False],
+        "labels": [False, True, True, False, True],
+        "annotations": [False, True, False, True, True],
+        "a resync (nothing)": [False, False, False, False, False],
+    }
+
+
+def test_labels_added_or_removed_are_a_change_and_order_is_not() -> None:
+    unlabelled = meta()
+    labelled = meta(labels={"a": "1", "b": "2"})
+    assert predicate.label_changed(update(unlabelled, labelled))
+    assert predicate.label_changed(update(labelled, unlabelled))
+    reordered = meta(labels={"b": "2", "a": "1"})
+    assert not predicate.label_changed(update(labelled, reordered))
+    assert not predicate.label_changed(update(unlabelled, meta()))
+
+
+def test_and_or_not_combine_as_logic_does() -> None:
+    yes: predicate.Predicate = lambda _e: True  # noqa: E731
+    no: predicate.Predicate = lambda _e: False  # noqa: E731
+    event = update(meta(), meta())
+    assert [predicate.and_(yes, yes)(event), predicate.and_(yes, no)(event)] == [True, False]
+    assert [predicate.or_(no, yes)(event), predicate.or_(no, no)(event)] == [True, False]
+    assert [predicate.not_(yes)(event), predicate.not_(no)(event)] == [False, True]
+    # empty combinations are the identities: all() of nothing passes, any() of nothing not
+    assert (predicate.and_()(event), predicate.or_()(event)) == (True, False)
+
+
+def test_combinators_stop_at_the_first_deciding_predicate() -> None:
+    asked: list[str] = []
+
+    def noted(name: str, answer: bool) -> predicate.Predicate:
+        def p(_event: Event) -> bool:
+            asked.append(name)
+            return answer
+
+        return p
+
+    event = update(meta(), meta())
+    assert not predicate.and_(noted("a", False), noted("b", True))(event)
+    assert predicate.or_(noted("c", True), noted("d", False))(event)
+    assert asked == ["a", "c"]
