@@ -50,10 +50,10 @@ from __future__ import annotations
 import base64
 import re
 import secrets
-from collections.abc import Mapping
 from typing import Any
 
 from api import v1
+from controllers.raycluster import env as env_
 from controllers.raycluster import names
 from runtime.client import resources
 
@@ -139,34 +139,21 @@ def generated_secret(cluster: v1.RayCluster) -> dict[str, Any] | None:
     }
 
 
-def _env(container: dict[str, Any]) -> list[dict[str, Any]]:
-    env = container.get("env")
-    if not isinstance(env, list):
-        env = container["env"] = []
-    return env
-
-
-def _has(items: Any, name: str) -> bool:
-    return isinstance(items, list) and any(
-        isinstance(item, Mapping) and item.get("name") == name for item in items
-    )
-
-
 def configure_container(cluster: v1.RayCluster, container: dict[str, Any]) -> None:
     """Give ``container`` (in place) the auth env vars, and with Kubernetes token auth the
     token volume's mount; nothing it sets itself is replaced."""
-    env = _env(container)
-    if not _has(env, AUTH_MODE_ENV):
+    env = env_.of(container)
+    if not env_.has(env, AUTH_MODE_ENV):
         env.append({"name": AUTH_MODE_ENV, "value": "token"})
     if k8s_enabled(cluster.spec):
-        if not _has(env, K8S_TOKEN_AUTH_ENV):
+        if not env_.has(env, K8S_TOKEN_AUTH_ENV):
             env.append({"name": K8S_TOKEN_AUTH_ENV, "value": "true"})
         mounts = container.get("volumeMounts")
         if not isinstance(mounts, list):
             mounts = container["volumeMounts"] = []
-        if not _has(mounts, TOKEN_VOLUME):
+        if not env_.has(mounts, TOKEN_VOLUME):
             mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_PATH, "readOnly": True})
-    elif not _has(env, AUTH_TOKEN_ENV):
+    elif not env_.has(env, AUTH_TOKEN_ENV):
         ref = {"name": secret_name(cluster), "key": TOKEN_KEY}
         env.append({"name": AUTH_TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}})
 
@@ -183,7 +170,7 @@ def configure_pod(cluster: v1.RayCluster, pod_spec: dict[str, Any]) -> None:
         volumes = pod_spec.get("volumes")
         if not isinstance(volumes, list):
             volumes = pod_spec["volumes"] = []
-        if not _has(volumes, TOKEN_VOLUME):
+        if not env_.has(volumes, TOKEN_VOLUME):
             projected = {"sources": [{"serviceAccountToken": {"path": "token"}}]}
             volumes.append({"name": TOKEN_VOLUME, "projected": projected})
     for init in pod_spec.get("initContainers") or ():

@@ -43,6 +43,7 @@ from typing import Any
 
 from api import v1
 from controllers.raycluster import auth, names
+from controllers.raycluster import env as env_
 from runtime.client import resources
 
 __all__ = [
@@ -103,9 +104,9 @@ def sidecar(cluster: v1.RayCluster, ray_image: Any) -> dict[str, Any]:
         "image": ray_image,
         "imagePullPolicy": "IfNotPresent",
         "env": [
-            _field_env("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
-            _field_env("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
-            _field_env("RAY_HEAD_POD_NAME", "metadata.name"),
+            env_.field("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
+            env_.field("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
+            env_.field("RAY_HEAD_POD_NAME", "metadata.name"),
             {"name": "KUBERAY_CRD_VER", "value": "v1"},
             {"name": "KUBERAY_GEN_AUTOSCALER_START_CMD", "value": start},
         ],
@@ -134,10 +135,6 @@ def sidecar(cluster: v1.RayCluster, ray_image: Any) -> dict[str, Any]:
     if not container.get("imagePullPolicy"):
         container.pop("imagePullPolicy", None)
     return container
-
-
-def _field_env(name: str, path: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
 def _template_account(cluster: v1.RayCluster) -> str:

@@ -119,6 +119,7 @@ from typing import Any
 
 from api import v1
 from controllers.raycluster import auth, autoscaler, names
+from controllers.raycluster import env as env_
 from runtime import quantity
 from runtime.client import resources
 
@@ -206,8 +207,8 @@ class PodDefaults:
                 meta[key] = {**defaults, **(meta.get(key) or {})}
         ray = containers[_RAY]
         for var in self.env:
-            if not _has_env(ray, str(var.get("name"))):
-                _env(ray).append(copy.deepcopy(dict(var)))
+            if not env_.has(ray.get("env"), str(var.get("name"))):
+                env_.of(ray).append(copy.deepcopy(dict(var)))
         sidecars = self.head_sidecars if head else self.worker_sidecars
         containers.extend(copy.deepcopy(dict(c)) for c in sidecars)
 
@@ -381,10 +382,10 @@ def head_pod(
         pod_spec["serviceAccountName"] = autoscaler.service_account_name(cluster)
         containers.append(autoscaler.sidecar(cluster, ray.get("image")))
         if autoscaler.is_v2(cluster):
-            _env(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "true"})
+            env_.of(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "true"})
             pod_spec["restartPolicy"] = "Never"
         elif autoscaler.is_v1(cluster):
-            _env(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "false"})
+            env_.of(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "false"})
     _fault_tolerance(cluster, HEAD, ray, annotations, params)
     annotations[names.KUBERAY_VERSION_ANNOTATION] = KUBERAY_VERSION
     _ensure_metrics_port(ray)
@@ -491,18 +492,6 @@ def _ray_containers(pod_spec: dict[str, Any], where: str) -> list[dict[str, Any]
     return containers
 
 
-def _env(container: dict[str, Any]) -> list[dict[str, Any]]:
-    env = container.get("env")
-    if not isinstance(env, list):
-        env = container["env"] = []
-    return env
-
-
-def _has_env(container: Mapping[str, Any], name: str) -> bool:
-    env = container.get("env")
-    return any(isinstance(e, Mapping) and e.get("name") == name for e in env or [])
-
-
 def _pod_labels(
     node_type: str,
     cluster_name: str,
@@ -577,18 +566,18 @@ def _fault_tolerance(
     if not enabled:
         return
     if node_type == WORKER:
-        if not _has_env(ray, "RAY_gcs_rpc_server_reconnect_timeout_s"):
-            _env(ray).append({"name": "RAY_gcs_rpc_server_reconnect_timeout_s", "value": "600"})
+        if not env_.has(ray.get("env"), "RAY_gcs_rpc_server_reconnect_timeout_s"):
+            env_.of(ray).append({"name": "RAY_gcs_rpc_server_reconnect_timeout_s", "value": "600"})
         return
     storage = str(cluster.metadata.get("uid") or "")
     storage = str(cluster_annotations.get(names.EXTERNAL_STORAGE_NS_ANNOTATION, storage))
     if options is not None and options.get("externalStorageNamespace"):
         storage = str(options["externalStorageNamespace"])
     annotations[names.EXTERNAL_STORAGE_NS_ANNOTATION] = storage
-    if not _has_env(ray, "RAY_external_storage_namespace"):
-        _env(ray).append(_env_var("RAY_external_storage_namespace", storage))
+    if not env_.has(ray.get("env"), "RAY_external_storage_namespace"):
+        env_.of(ray).append(env_.value("RAY_external_storage_namespace", storage))
     if options is not None:
-        _env(ray).append(_env_var("RAY_REDIS_ADDRESS", str(options.get("redisAddress") or "")))
+        env_.of(ray).append(env_.value("RAY_REDIS_ADDRESS", str(options.get("redisAddress") or "")))
         for key, env_name, param in (
             ("redisUsername", "REDIS_USERNAME", "redis-username"),
             ("redisPassword", "REDIS_PASSWORD", "redis-password"),
@@ -597,17 +586,12 @@ def _fault_tolerance(
             if credential is None:
                 continue
             params[param] = f"${env_name}"
-            var = _env_var(env_name, str(credential.get("value") or ""))
+            var = env_.value(env_name, str(credential.get("value") or ""))
             if credential.get("valueFrom") is not None:
                 var["valueFrom"] = copy.deepcopy(credential["valueFrom"])
-            _env(ray).append(var)
-    elif not _has_env(ray, "REDIS_PASSWORD") and "redis-password" in params:
-        _env(ray).append(_env_var("REDIS_PASSWORD", params["redis-password"]))
-
-
-def _env_var(name: str, value: str) -> dict[str, Any]:
-    """An env var as Go serialises it: an empty value is left out."""
-    return {"name": name, "value": value} if value else {"name": name}
+            env_.of(ray).append(var)
+    elif not env_.has(ray.get("env"), "REDIS_PASSWORD") and "redis-password" in params:
+        env_.of(ray).append(env_.value("REDIS_PASSWORD", params["redis-password"]))
 
 
 def _wait_gcs(ray: Mapping[str, Any], fqdn: str, port: str) -> dict[str, Any]:
@@ -692,7 +676,7 @@ def _finish(
 
     for init in spec.get("initContainers") or []:
         if isinstance(init, dict):
-            _env(init).extend(
+            env_.of(init).extend(
                 [
                     {"name": "FQ_RAY_IP", "value": fqdn},
                     {"name": "RAY_IP", "value": fqdn.split(".")[0]},
@@ -742,7 +726,7 @@ def _memory_of(container: Mapping[str, Any]) -> Any:
 def _ray_env(
     ray: dict[str, Any], node_type: str, *, fqdn: str, port: str, start: str, creator: str
 ) -> None:
-    env = _env(ray)
+    env = env_.of(ray)
     ip = "127.0.0.1"
     if node_type == WORKER:
         ip = fqdn
@@ -751,35 +735,31 @@ def _ray_env(
             {"name": "RAY_IP", "value": fqdn.split(".")[0]},
         ]
     env += [
-        _field_env("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
-        _field_env("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
-        _field_env("RAY_CLOUD_INSTANCE_ID", "metadata.name"),
-        _field_env("RAY_NODE_TYPE_NAME", f"metadata.labels['{names.GROUP_LABEL}']"),
-        _env_var("KUBERAY_GEN_RAY_START_CMD", start),
+        env_.field("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
+        env_.field("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
+        env_.field("RAY_CLOUD_INSTANCE_ID", "metadata.name"),
+        env_.field("RAY_NODE_TYPE_NAME", f"metadata.labels['{names.GROUP_LABEL}']"),
+        env_.value("KUBERAY_GEN_RAY_START_CMD", start),
     ]
-    if not _has_env(ray, "RAY_PORT"):
-        env.append(_env_var("RAY_PORT", port))
+    if not env_.has(ray.get("env"), "RAY_PORT"):
+        env.append(env_.value("RAY_PORT", port))
     if creator == "RayService":
         for name, value in (
             ("RAY_timeout_ms_task_wait_for_death_info", "0"),
             ("RAY_gcs_server_request_timeout_seconds", "5"),
             ("RAY_SERVE_KV_TIMEOUT_S", "5"),
         ):
-            if not _has_env(ray, name):
+            if not env_.has(ray.get("env"), name):
                 env.append({"name": name, "value": value})
-    if not _has_env(ray, "RAY_ADDRESS"):
+    if not env_.has(ray.get("env"), "RAY_ADDRESS"):
         env.append({"name": "RAY_ADDRESS", "value": f"{ip}:{port}"})
-    if not _has_env(ray, "RAY_USAGE_STATS_KUBERAY_IN_USE"):
+    if not env_.has(ray.get("env"), "RAY_USAGE_STATS_KUBERAY_IN_USE"):
         env.append({"name": "RAY_USAGE_STATS_KUBERAY_IN_USE", "value": "1"})
     if node_type == HEAD:
         tags = f"kuberay_version={KUBERAY_VERSION};kuberay_crd={creator}"
         env.append({"name": "RAY_USAGE_STATS_EXTRA_TAGS", "value": tags})
-    if not _has_env(ray, "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE"):
+    if not env_.has(ray.get("env"), "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE"):
         env.append({"name": "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "value": "1"})
-
-
-def _field_env(name: str, path: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
 def _wget(timeout: int, port: int, path: str) -> str:

@@ -63,13 +63,13 @@ from __future__ import annotations
 
 import dataclasses
 import fractions
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from api.v1 import meta
 from api.v1 import raycluster as raycluster_
 from controllers.raycluster import pods as pods_
-from runtime import quantity
+from runtime import conditions, quantity
 
 __all__ = [
     "Failure",
@@ -218,29 +218,6 @@ def _desired_resources(cluster: raycluster_.RayCluster) -> dict[str, str]:
     }
 
 
-def _set(
-    conditions: dict[str, meta.Condition],
-    previous: Mapping[str, meta.Condition],
-    type_: str,
-    status: meta.ConditionStatus,
-    reason: str,
-    message: str,
-    *,
-    generation: int,
-    now: str,
-) -> None:
-    old = previous.get(type_)
-    since = old.last_transition_time if old is not None and old.status == status else now
-    conditions[type_] = meta.Condition(
-        type=type_,
-        status=status,
-        reason=reason,
-        message=message,
-        last_transition_time=since,
-        observed_generation=generation,
-    )
-
-
 def _head_ready_condition(head: Mapping[str, Any] | None) -> tuple[meta.ConditionStatus, str, str]:
     if head is None:
         return "False", "HeadPodNotFound", "Head Pod not found"
@@ -286,50 +263,81 @@ def compute(
     ``pods``: every pod of the cluster in the cache, terminating ones included
     (they count for nothing, but a suspend is complete only when none is left).
     """
-    spec = cluster.spec
     remaining = len(pods)
     pods = [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
-    old = cluster.status
-    generation = int(cluster.metadata.get("generation") or 0)
-    groups = spec.worker_group_specs or []
-    heads = [
-        p
-        for p in pods
-        if (p.get("metadata", {}).get("labels") or {}).get("ray.io/node-type") == "head"
-    ]
-    workers = [
-        p
-        for p in pods
-        if (p.get("metadata", {}).get("labels") or {}).get("ray.io/node-type") == "worker"
-    ]
+    heads = [p for p in pods if _node_type(p) == "head"]
     head = heads[0] if len(heads) == 1 else None
-    desired = sum(pods_.desired_workers(g) for g in groups)
+    new = _counts(cluster, pods)
+    conditions, suspended = _conditions(cluster, pods, head, remaining, failure, now)
+    new["conditions"] = conditions
+    all_running = (
+        failure is None and len(pods) == new["desiredWorkerReplicas"] + 1 and _all_running(pods)
+    )
+    new.update(_state(cluster, suspended=suspended, all_running=all_running, now=now))
+    endpoints = _endpoints(head_service)
+    if endpoints:
+        new["endpoints"] = endpoints
+    head_info = _head_info(head, head_service)
+    if head_info:
+        new["head"] = head_info
+    return new
 
-    new: Obj = {
+
+def _node_type(pod: Mapping[str, Any]) -> object:
+    return (pod.get("metadata", {}).get("labels") or {}).get("ray.io/node-type")
+
+
+def _counts(cluster: raycluster_.RayCluster, pods: Sequence[Mapping[str, Any]]) -> Obj:
+    """The worker counts, the desired resources and ``observedGeneration``."""
+    groups = cluster.spec.worker_group_specs or []
+    workers = [p for p in pods if _node_type(p) == "worker"]
+    return {
         "readyWorkerReplicas": sum(1 for p in workers if is_running_and_ready(p)),
         "availableWorkerReplicas": sum(
             1 for p in workers if (p.get("status") or {}).get("phase") == "Running"
         ),
-        "desiredWorkerReplicas": desired,
+        "desiredWorkerReplicas": sum(pods_.desired_workers(g) for g in groups),
         "minWorkerReplicas": sum(g.min_replicas * g.num_of_hosts for g in groups if not g.suspend),
         "maxWorkerReplicas": sum(g.max_replicas * g.num_of_hosts for g in groups if not g.suspend),
         **_desired_resources(cluster),
-        "observedGeneration": generation,
+        "observedGeneration": _generation(cluster),
     }
 
-    previous = {c.type: c for c in old.conditions}
-    conditions: dict[str, meta.Condition] = {}
 
-    def set_(type_: str, status: meta.ConditionStatus, reason: str, message: str = "") -> None:
-        _set(conditions, previous, type_, status, reason, message, generation=generation, now=now)
+def _generation(cluster: raycluster_.RayCluster) -> int:
+    return int(cluster.metadata.get("generation") or 0)
 
-    all_running = failure is None and len(pods) == desired + 1 and _all_running(pods)
+
+_ORDER = (_TYPES.HEAD_POD_READY, _TYPES.PROVISIONED, _TYPES.REPLICA_FAILURE,
+          _TYPES.SUSPENDING, _TYPES.SUSPENDED)  # fmt: skip
+"""The order of the conditions in the status."""
+
+
+def _conditions(
+    cluster: raycluster_.RayCluster,
+    pods: Sequence[Mapping[str, Any]],
+    head: Mapping[str, Any] | None,
+    remaining: int,
+    failure: Failure | None,
+    now: str,
+) -> tuple[list[Obj], bool]:
+    """The conditions (by :mod:`runtime.conditions`' ``lastTransitionTime`` rule), and
+    whether the cluster is suspended (it has no pod left, terminating ones included)."""
+    previous = {c.type: c.to_api() for c in cluster.status.conditions}
+    made: dict[str, Obj] = {}
+
+    def set_(type_: str, status: str, reason: str, message: str = "") -> None:
+        made[type_] = conditions.make(
+            type_, status, reason, message,
+            generation=_generation(cluster), now=now, previous=previous.get(type_),
+        )  # fmt: skip
+
     set_(_TYPES.HEAD_POD_READY, *_head_ready_condition(head))
-
     phase = suspend_phase(cluster)
     provisioned = previous.get(_TYPES.PROVISIONED)
-    if phase == _TYPES.SUSPENDED or (provisioned is not None and provisioned.status == "True"):
-        conditions[_TYPES.PROVISIONED] = provisioned  # type: ignore[assignment]
+    if phase == _TYPES.SUSPENDED or (provisioned is not None and provisioned["status"] == "True"):
+        if provisioned is not None:
+            made[_TYPES.PROVISIONED] = provisioned  # kept as it is
     elif _all_running(pods):
         set_(_TYPES.PROVISIONED, "True", "AllPodRunningAndReadyFirstTime",
              "All Ray Pods are ready for the first time")  # fmt: skip
@@ -338,46 +346,55 @@ def compute(
              "RayCluster Pods are being provisioned for first time")  # fmt: skip
     if failure is not None:
         set_(_TYPES.REPLICA_FAILURE, "True", failure.reason, failure.message)
+    suspended = _suspend_conditions(cluster, phase, remaining, set_)
+    return [made[t] for t in _ORDER if t in made], suspended
 
-    suspended = False
-    if phase == _TYPES.SUSPENDING or (phase is None and spec.suspend):
+
+def _suspend_conditions(
+    cluster: raycluster_.RayCluster,
+    phase: str | None,
+    remaining: int,
+    set_: Callable[..., None],
+) -> bool:
+    """``RayClusterSuspending`` and ``RayClusterSuspended`` (and ``RayClusterProvisioned``
+    when a suspend completes) through ``set_``; whether the cluster is suspended."""
+    suspend = cluster.spec.suspend
+    if phase == _TYPES.SUSPENDING or (phase is None and suspend):
         if not remaining:
             set_(_TYPES.PROVISIONED, "False", "RayClusterPodsProvisioning",
                  "RayCluster has been suspended")  # fmt: skip
             set_(_TYPES.SUSPENDING, "False", _TYPES.SUSPENDING)
             set_(_TYPES.SUSPENDED, "True", _TYPES.SUSPENDED)
-            suspended = True
-        else:
-            set_(_TYPES.SUSPENDING, "True", _TYPES.SUSPENDING)
-            set_(_TYPES.SUSPENDED, "False", _TYPES.SUSPENDED)
-    elif phase == _TYPES.SUSPENDED:
-        set_(_TYPES.SUSPENDING, "False", _TYPES.SUSPENDING)
-        if spec.suspend:
-            set_(_TYPES.SUSPENDED, "True", _TYPES.SUSPENDED)
-            suspended = not remaining
-        else:
-            set_(_TYPES.SUSPENDED, "False", _TYPES.SUSPENDED)
-    else:
-        set_(_TYPES.SUSPENDING, "False", _TYPES.SUSPENDING)
+            return True
+        set_(_TYPES.SUSPENDING, "True", _TYPES.SUSPENDING)
         set_(_TYPES.SUSPENDED, "False", _TYPES.SUSPENDED)
+        return False
+    set_(_TYPES.SUSPENDING, "False", _TYPES.SUSPENDING)
+    if phase == _TYPES.SUSPENDED and suspend:
+        set_(_TYPES.SUSPENDED, "True", _TYPES.SUSPENDED)
+        return not remaining
+    set_(_TYPES.SUSPENDED, "False", _TYPES.SUSPENDED)
+    return False
 
-    order = [_TYPES.HEAD_POD_READY, _TYPES.PROVISIONED, _TYPES.REPLICA_FAILURE,
-             _TYPES.SUSPENDING, _TYPES.SUSPENDED]  # fmt: skip
-    new["conditions"] = [conditions[t].to_api() for t in order if conditions.get(t) is not None]
 
+def _state(cluster: raycluster_.RayCluster, *, suspended: bool, all_running: bool, now: str) -> Obj:
+    """``state`` and ``stateTransitionTimes``."""
+    old = cluster.status
+    found: Obj = {}
     if suspended:
-        new["state"] = raycluster_.ClusterState.SUSPENDED.value
+        found["state"] = raycluster_.ClusterState.SUSPENDED.value
     elif all_running:
-        new["state"] = raycluster_.ClusterState.READY.value
+        found["state"] = raycluster_.ClusterState.READY.value
     times = dict(old.state_transition_times or {})
-    if new.get("state") and new["state"] != old.state:
-        times[new["state"]] = now
+    if found.get("state") and found["state"] != old.state:
+        times[found["state"]] = now
     if times:
-        new["stateTransitionTimes"] = times
+        found["stateTransitionTimes"] = times
+    return found
 
-    endpoints = _endpoints(head_service)
-    if endpoints:
-        new["endpoints"] = endpoints
+
+def _head_info(head: Mapping[str, Any] | None, head_service: Mapping[str, Any] | None) -> Obj:
+    """``head``: the head pod's name and IP, the head service's name and IP."""
     head_info: dict[str, str] = {}
     if head is not None:
         head_info["podName"] = head["metadata"]["name"]
@@ -391,6 +408,4 @@ def compute(
                 head_info["serviceIP"] = head_info["podIP"]
         elif cluster_ip:
             head_info["serviceIP"] = cluster_ip
-    if head_info:
-        new["head"] = head_info
-    return new
+    return head_info

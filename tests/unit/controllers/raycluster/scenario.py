@@ -5,10 +5,11 @@ Nothing plays kubelet: a test sets pod phases itself (:meth:`Env.set_phase`)."""
 from __future__ import annotations
 
 import copy
+import datetime
 from typing import Any
 
 import api.v1 as v1
-import controllers
+import controllers.setup
 from controllers.raycluster import pods, services
 from controllers.raycluster import reconciler as reconciler_
 from runtime import events, reconcile
@@ -18,9 +19,11 @@ from runtime.testing import fake
 
 PODS = pods.PODS
 SERVICES = services.SERVICES
-EVENTS = events.EVENTS_V1  # the operator writes events.k8s.io/v1 (controllers.EVENT_OPTIONS)
+EVENTS = events.EVENTS_V1  # the operator writes events.k8s.io/v1 (controllers.setup.EVENT_OPTIONS)
 REQUEST = reconcile.Request("ns", "demo")
 NOW = "2026-01-01T00:00:00Z"
+CLOCK = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+"""The reconciler's clock: :data:`NOW`."""
 
 
 def template(name: str, cpu: str = "1") -> dict[str, Any]:
@@ -57,17 +60,19 @@ class Env:
         registry = resources.default_registry.copy()
         v1.add_to_registry(registry)
         self.client = fake.FakeClient(registry, namespaces=["ns"])
-        # The cache the binary builds: only Ray pods (controllers.cache_by_resource).
+        # The cache the binary builds: only Ray pods (controllers.setup.cache_by_resource).
         self.cache = cache_.Cache(
             self.client,  # type: ignore[arg-type]
-            by_resource=controllers.cache_by_resource(),
+            by_resource=controllers.setup.cache_by_resource(),
             debug=True,
         )
-        self.recorder = events.Recorder(self.client, "test", options=controllers.EVENT_OPTIONS)  # type: ignore[arg-type]
+        self.recorder = events.Recorder(
+            self.client, "test", options=controllers.setup.EVENT_OPTIONS
+        )  # type: ignore[arg-type]
         self.reconciler = reconciler_.Reconciler(
             self.client, self.cache, self.recorder,
             reconciler_.Options(cluster_domain="cluster.local", random_pod_delete=False),
-            now=lambda: NOW,
+            clock=lambda: CLOCK,
         )  # fmt: skip
 
     async def synced(self) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
-import controllers
+import controllers.setup
 from controllers.raycluster import reconciler as reconciler_
 from runtime import events, reconcile
 from runtime.cache import cache as cache_
@@ -331,8 +331,10 @@ async def test_a_refused_pod_is_a_replica_failure_with_the_server_message_and_re
     registry = e.client.registry
     e.client = RefusingClient(registry, namespaces=["ns"])
     e.cache = cache_.Cache(e.client, debug=True)  # type: ignore[arg-type]
-    e.recorder = events.Recorder(e.client, "test", options=controllers.EVENT_OPTIONS)  # type: ignore[arg-type]
-    e.reconciler = reconciler_.Reconciler(e.client, e.cache, e.recorder, now=lambda: NOW)
+    e.recorder = events.Recorder(e.client, "test", options=controllers.setup.EVENT_OPTIONS)  # type: ignore[arg-type]
+    e.reconciler = reconciler_.Reconciler(
+        e.client, e.cache, e.recorder, clock=lambda: scenario.CLOCK
+    )
     try:
         await e.client.create(raycluster())
         for _ in range(3):

@@ -307,7 +307,7 @@ async def test_past_the_timeout_the_finalizer_is_forced_off_with_a_warning(env: 
     deleted = clock.parse_rfc3339((await env.cluster())["metadata"]["deletionTimestamp"])
     assert deleted is not None
     at = {"now": deleted + datetime.timedelta(seconds=5)}
-    env.reconciler.now = lambda: clock.rfc3339(at["now"])
+    env.reconciler.clock = lambda: at["now"]
     await env.reconcile()
     result = await env.reconcile()  # the Job, never finishing (Redis unreachable, say)
     assert len(await jobs(env)) == 1
