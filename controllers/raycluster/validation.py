@@ -202,70 +202,11 @@ def _spec_problems(cluster: v1.RayCluster) -> list[str]:
     spec = cluster.spec
     head = spec.head_group_spec
     annotations = cluster.metadata.get("annotations") or {}
-    found: list[str] = []
     head_containers = _containers(head.template)
-    if not head_containers:
-        found.append("headGroupSpec.template should have at least one container")
-    found += _group_problems("Head", head.ray_start_params, head.resources, head.labels)
-    if head.service_type not in (None, "", *SERVICE_TYPES):
-        allowed = ", ".join(repr(t) for t in SERVICE_TYPES)
-        found.append(
-            f"headGroupSpec.serviceType {head.service_type!r} is not allowed (one of {allowed})"
-        )
-    if head.head_service is not None:
-        found += service_template_problems("headGroupSpec.headService", head.head_service)
-    seen: set[str] = set()
-    for group in spec.worker_group_specs or []:
-        name = group.group_name
-        if name in seen:
-            found.append(f"worker group names must be unique: {name!r} appears more than once")
-        seen.add(name)
-        if len(name) > _LABEL_MAX or not _LABEL_NAME.fullmatch(name):
-            found.append(
-                f"worker group name {name!r} is not a valid label value (at most 63 letters, "
-                "digits, '-', '_' or '.', starting and ending with a letter or digit): it is "
-                f"the pods' {names.GROUP_LABEL} label"
-            )
-        if not _containers(group.template):
-            found.append(f"workerGroupSpec {name!r}: template should have at least one container")
-        found += _group_problems(name, group.ray_start_params, group.resources, group.labels)
-
+    found = _head_problems(head, head_containers)
+    found += _worker_group_problems(spec.worker_group_specs or [])
     head_env = _env_of(head_containers[0]) if head_containers else {}
-    ft_options = spec.gcs_fault_tolerance_options
-    ft_annotation = str(annotations.get(names.FT_ENABLED_ANNOTATION, ""))
-    ft_enabled = ft_annotation.lower() == "true" or ft_options is not None
-    if ft_annotation and ft_options is not None:
-        found.append(
-            f"the {names.FT_ENABLED_ANNOTATION} annotation and gcsFaultToleranceOptions are "
-            "both set; use only gcsFaultToleranceOptions to configure GCS fault tolerance"
-        )
-    if not ft_enabled and "RAY_REDIS_ADDRESS" in head_env:
-        found.append(
-            "RAY_REDIS_ADDRESS is set, which implicitly enables GCS fault tolerance, but "
-            "gcsFaultToleranceOptions is not set; set gcsFaultToleranceOptions instead"
-        )
-    if ft_options is not None:
-        if head.ray_start_params.get("redis-password"):
-            found.append(
-                "cannot set redis-password in rayStartParams with gcsFaultToleranceOptions; "
-                "use gcsFaultToleranceOptions.redisPassword"
-            )
-        if "REDIS_PASSWORD" in head_env:
-            found.append(
-                "cannot set the REDIS_PASSWORD env var in the head pod with "
-                "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.redisPassword"
-            )
-        if "RAY_REDIS_ADDRESS" in head_env:
-            found.append(
-                "cannot set the RAY_REDIS_ADDRESS env var in the head pod with "
-                "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.redisAddress"
-            )
-        if annotations.get(names.EXTERNAL_STORAGE_NS_ANNOTATION):
-            found.append(
-                f"cannot set the {names.EXTERNAL_STORAGE_NS_ANNOTATION} annotation with "
-                "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.externalStorageNamespace"
-            )
-        found += _ft_backend_problems(ft_options)
+    found += _ft_problems(spec, annotations, head_env)
     if head.ray_start_params.get("redis-username") or "REDIS_USERNAME" in head_env:
         found.append(
             "cannot set a redis username in rayStartParams or environment variables; "
@@ -282,6 +223,87 @@ def _spec_problems(cluster: v1.RayCluster) -> list[str]:
             "but the head container has ports and none is named 'serve'"
         )
     return found
+
+
+def _head_problems(head: v1.HeadGroupSpec, head_containers: list[Any]) -> list[str]:
+    """The head group's containers, ``rayStartParams``, resources, labels, service."""
+    found: list[str] = []
+    if not head_containers:
+        found.append("headGroupSpec.template should have at least one container")
+    found += _group_problems("Head", head.ray_start_params, head.resources, head.labels)
+    if head.service_type not in (None, "", *SERVICE_TYPES):
+        allowed = ", ".join(repr(t) for t in SERVICE_TYPES)
+        found.append(
+            f"headGroupSpec.serviceType {head.service_type!r} is not allowed (one of {allowed})"
+        )
+    if head.head_service is not None:
+        found += service_template_problems("headGroupSpec.headService", head.head_service)
+    return found
+
+
+def _worker_group_problems(groups: list[v1.WorkerGroupSpec]) -> list[str]:
+    """Each worker group's name (unique, a label value), containers and parameters."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for group in groups:
+        name = group.group_name
+        if name in seen:
+            found.append(f"worker group names must be unique: {name!r} appears more than once")
+        seen.add(name)
+        if len(name) > _LABEL_MAX or not _LABEL_NAME.fullmatch(name):
+            found.append(
+                f"worker group name {name!r} is not a valid label value (at most 63 letters, "
+                "digits, '-', '_' or '.', starting and ending with a letter or digit): it is "
+                f"the pods' {names.GROUP_LABEL} label"
+            )
+        if not _containers(group.template):
+            found.append(f"workerGroupSpec {name!r}: template should have at least one container")
+        found += _group_problems(name, group.ray_start_params, group.resources, group.labels)
+    return found
+
+
+def _ft_problems(
+    spec: v1.RayClusterSpec, annotations: Mapping[str, Any], head_env: Mapping[str, Any]
+) -> list[str]:
+    """GCS fault tolerance: configured one way only, and Redis's settings in its options."""
+    found: list[str] = []
+    head = spec.head_group_spec
+    ft_options = spec.gcs_fault_tolerance_options
+    ft_annotation = str(annotations.get(names.FT_ENABLED_ANNOTATION, ""))
+    ft_enabled = ft_annotation.lower() == "true" or ft_options is not None
+    if ft_annotation and ft_options is not None:
+        found.append(
+            f"the {names.FT_ENABLED_ANNOTATION} annotation and gcsFaultToleranceOptions are "
+            "both set; use only gcsFaultToleranceOptions to configure GCS fault tolerance"
+        )
+    if not ft_enabled and "RAY_REDIS_ADDRESS" in head_env:
+        found.append(
+            "RAY_REDIS_ADDRESS is set, which implicitly enables GCS fault tolerance, but "
+            "gcsFaultToleranceOptions is not set; set gcsFaultToleranceOptions instead"
+        )
+    if ft_options is None:
+        return found
+    if head.ray_start_params.get("redis-password"):
+        found.append(
+            "cannot set redis-password in rayStartParams with gcsFaultToleranceOptions; "
+            "use gcsFaultToleranceOptions.redisPassword"
+        )
+    if "REDIS_PASSWORD" in head_env:
+        found.append(
+            "cannot set the REDIS_PASSWORD env var in the head pod with "
+            "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.redisPassword"
+        )
+    if "RAY_REDIS_ADDRESS" in head_env:
+        found.append(
+            "cannot set the RAY_REDIS_ADDRESS env var in the head pod with "
+            "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.redisAddress"
+        )
+    if annotations.get(names.EXTERNAL_STORAGE_NS_ANNOTATION):
+        found.append(
+            f"cannot set the {names.EXTERNAL_STORAGE_NS_ANNOTATION} annotation with "
+            "gcsFaultToleranceOptions; use gcsFaultToleranceOptions.externalStorageNamespace"
+        )
+    return found + _ft_backend_problems(ft_options)
 
 
 def _unsupported_problems(cluster: v1.RayCluster) -> list[str]:
