@@ -1,7 +1,8 @@
-"""The webhook server in-process over real TLS on loopback: reviews answered per path,
-bad bodies refused with 400, metrics with controller-runtime's names, a rotated
-certificate picked up by new connections, readiness in the manager's ``/readyz``
-(started before the caches), registration through the builder."""
+"""``runtime/webhook/server.py``: the webhook server in-process over real TLS on
+loopback: reviews answered per path, bad bodies refused with 400, metrics with
+controller-runtime's names, a rotated certificate picked up by new connections,
+readiness in the manager's ``/readyz`` (started before the caches), registration
+through the builder. (CA injection is ``test_cainject.py``'s.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from runtime import builder, manager, metrics, tls
 from runtime.client import resources
 from runtime.testing import fake
 from runtime.webhook import server
-from tests.unit.runtime import test_webhook_reviews as reviews
+from tests.unit.runtime.webhook import widgets
 
 WIDGETS = resources.Resource("test.dev", "v1", "Widget", "widgets")
 
@@ -53,8 +54,8 @@ async def running(tmp_path: pathlib.Path) -> AsyncIterator[server.Server]:
             self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"]),
         )
     )  # fmt: skip
-    server.register_for(srv, WIDGETS, validator=reviews.Recording(),
-                        defaulter=reviews.SizeDefaulter(), converter=reviews.Widgets())  # fmt: skip
+    server.register_for(srv, WIDGETS, validator=widgets.Recording(),
+                        defaulter=widgets.SizeDefaulter(), converter=widgets.Widgets())  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(srv.start(stop))
     for _ in range(100):
@@ -87,19 +88,19 @@ async def test_admission_and_conversion_over_tls(running: server.Server) -> None
     assert server.mutate_path(WIDGETS) == "/mutate-test-dev-v1-widget"
     before = sample("controller_runtime_webhook_requests_total", validate, "200") or 0.0
 
-    status, body = await post(running, validate, reviews.review(object={"spec": {"size": -2}}))
+    status, body = await post(running, validate, widgets.review(object={"spec": {"size": -2}}))
     assert status == 200
     assert body["response"]["uid"] == "u-1"
     assert body["response"]["allowed"] is False
     assert body["response"]["status"]["message"] == "spec.size must be >= 0, got -2"
 
     status, body = await post(running, "/mutate-test-dev-v1-widget",
-                              reviews.review(object={"metadata": {}, "spec": {}}))  # fmt: skip
+                              widgets.review(object={"metadata": {}, "spec": {}}))  # fmt: skip
     assert status == 200
     assert body["response"]["patchType"] == "JSONPatch"
 
-    status, body = await post(running, "/convert", reviews.conversion_review(
-        "test.dev/v2", reviews.widget("v1", {"size": 5})))  # fmt: skip
+    status, body = await post(running, "/convert", widgets.conversion_review(
+        "test.dev/v2", widgets.widget("v1", {"size": 5})))  # fmt: skip
     assert body["response"]["convertedObjects"][0]["spec"] == {"dimensions": {"size": "5"}}
 
     assert sample("controller_runtime_webhook_requests_total", validate, "200") == before + 1
@@ -122,7 +123,7 @@ async def test_bodies_that_are_no_review_get_400(running: server.Server) -> None
     status, text = await post(running, "/convert", {"kind": "ConversionReview"})
     assert status == 400
     assert sample("controller_runtime_webhook_requests_total", validate, "400") == before + 3
-    status, _ = await post(running, "/nothing-here", reviews.review())
+    status, _ = await post(running, "/nothing-here", widgets.review())
     assert status == 404
 
 
@@ -150,13 +151,13 @@ async def test_a_rotated_certificate_serves_new_connections(running: server.Serv
 
 async def test_registration_is_checked() -> None:
     srv = server.Server(server.Options(bind_address="127.0.0.1:0"))
-    srv.register("/validate-x", reviews.Recording())  # type: ignore[arg-type]
+    srv.register("/validate-x", widgets.Recording())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="registered at /validate-x already"):
-        srv.register("/validate-x", reviews.Recording())  # type: ignore[arg-type]
+        srv.register("/validate-x", widgets.Recording())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="starts with '/'"):
-        srv.register("validate-y", reviews.Recording())  # type: ignore[arg-type]
+        srv.register("validate-y", widgets.Recording())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="already"):
-        srv.register("/convert", reviews.Recording())  # type: ignore[arg-type]
+        srv.register("/convert", widgets.Recording())  # type: ignore[arg-type]
 
 
 async def test_missing_certificates_fail_the_start(tmp_path: pathlib.Path) -> None:
@@ -181,11 +182,11 @@ async def test_the_manager_serves_webhooks_before_its_caches_and_reports_readine
     async def reconcile(request: Any) -> Any:
         raise AssertionError("nothing to reconcile")
 
-    builder.Builder(mgr).for_(WIDGETS).with_validator(reviews.Recording()).complete(reconcile)
+    builder.Builder(mgr).for_(WIDGETS).with_validator(widgets.Recording()).complete(reconcile)
     gadgets = resources.Resource("test.dev", "v1", "Gadget", "gadgets")
     client.registry.register(gadgets)
-    builder.Builder(mgr).for_(gadgets).with_defaulter(reviews.SizeDefaulter()).with_converter(
-        reviews.Widgets()
+    builder.Builder(mgr).for_(gadgets).with_defaulter(widgets.SizeDefaulter()).with_converter(
+        widgets.Widgets()
     ).complete(reconcile)
     srv = mgr.webhook_server
     assert srv is mgr.webhook_server  # one server
@@ -225,64 +226,6 @@ async def test_the_manager_serves_webhooks_before_its_caches_and_reports_readine
     assert srv.address is None
 
 
-# -- CA injection (on the fake client) ---------------------------------------------------------
-
-
-def _configuration(kind: str, name: str, hooks: int) -> dict[str, Any]:
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-            "metadata": {"name": name},
-            "webhooks": [{"name": f"h{i}.test.dev", "clientConfig": {"url": "https://x"}}
-                         for i in range(hooks)]}  # fmt: skip
-
-
-async def test_ca_injection_writes_every_webhook_once_and_retries_conflicts() -> None:
-    from runtime.client import errors
-    from runtime.webhook import cainject
-
-    client = fake.FakeClient()
-    for resource in (cainject.VALIDATING, cainject.MUTATING, cainject.CRDS):
-        client.registry.register(resource)
-    await client.create(_configuration("ValidatingWebhookConfiguration", "v", 2))
-    await client.create(_configuration("MutatingWebhookConfiguration", "m", 1))
-    await client.create({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.test.dev"},
-        "spec": {"conversion": {"strategy": "Webhook", "webhook": {
-            "clientConfig": {"url": "https://x/convert"}}}},
-    })  # fmt: skip
-    await client.create({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "plain.test.dev"}, "spec": {"conversion": {"strategy": "None"}},
-    })  # fmt: skip
-    update = client.update
-    conflicts = [errors.Conflict(409, "Conflict", "the object has been modified")]
-
-    async def conflicting(obj: dict[str, Any], **kwargs: Any) -> Any:
-        if conflicts:
-            raise conflicts.pop()
-        return await update(obj, **kwargs)
-
-    client.update = conflicting  # type: ignore[method-assign]
-    await cainject.inject(client, b"PEM", validating=["v"], mutating=["m"],  # type: ignore[arg-type]
-                          crds=["widgets.test.dev"])  # fmt: skip
-    bundle = "UEVN"  # base64 of b"PEM"
-    validating = await client.get(cainject.VALIDATING, None, "v")
-    assert [h["clientConfig"]["caBundle"] for h in validating["webhooks"]] == [bundle, bundle]
-    mutating = await client.get(cainject.MUTATING, None, "m")
-    assert mutating["webhooks"][0]["clientConfig"] == {"url": "https://x", "caBundle": bundle}
-    crd = await client.get(cainject.CRDS, None, "widgets.test.dev")
-    assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"] == bundle
-    # The same bundle again: nothing is written.
-    writes = client.writes()
-    await cainject.inject(client, b"PEM", validating=["v"], mutating=["m"],  # type: ignore[arg-type]
-                          crds=["widgets.test.dev"])  # fmt: skip
-    assert client.writes() == writes
-    with pytest.raises(ValueError, match="does not use the Webhook conversion strategy"):
-        await cainject.inject(client, b"PEM", crds=["plain.test.dev"])  # type: ignore[arg-type]
-    with pytest.raises(errors.NotFound):
-        await cainject.inject(client, b"PEM", validating=["missing"])  # type: ignore[arg-type]
-
-
 async def test_registration_after_start_and_injection_without_a_client_fail(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -293,9 +236,9 @@ async def test_registration_after_start_and_injection_without_a_client_fail(
     with pytest.raises(RuntimeError, match="needs a client"):
         await srv.start(asyncio.Event())
     with pytest.raises(RuntimeError, match="before the server starts"):
-        srv.register("/late", reviews.Recording())  # type: ignore[arg-type]
+        srv.register("/late", widgets.Recording())  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="before the server starts"):
-        srv.register_conversion("test.dev", "Widget", reviews.Widgets())
+        srv.register_conversion("test.dev", "Widget", widgets.Widgets())
     assert srv.address is None  # the listener was closed on the way out
 
 
@@ -311,7 +254,7 @@ async def test_a_handler_that_raises_is_answered_500_and_a_failed_conversion_is_
         self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"]),
     ))  # fmt: skip
     srv.register("/broken", Broken())
-    srv.register_conversion("test.dev", "Widget", reviews.Widgets())
+    srv.register_conversion("test.dev", "Widget", widgets.Widgets())
     stop = asyncio.Event()
     task = asyncio.create_task(srv.start(stop))
     try:
@@ -319,15 +262,15 @@ async def test_a_handler_that_raises_is_answered_500_and_a_failed_conversion_is_
             if srv.address is not None:
                 break
             await asyncio.sleep(0.05)
-        status, body = await post(srv, "/broken", reviews.review())
+        status, body = await post(srv, "/broken", widgets.review())
         assert status == 200
         assert body["response"]["allowed"] is False
         assert body["response"]["status"]["code"] == 500
         assert (
             body["response"]["status"]["message"] == "internal error: RuntimeError: broken handler"
         )
-        status, body = await post(srv, "/convert", reviews.conversion_review(
-            "test.dev/v9", reviews.widget("v1", {"size": 1})))  # fmt: skip
+        status, body = await post(srv, "/convert", widgets.conversion_review(
+            "test.dev/v9", widgets.widget("v1", {"size": 1})))  # fmt: skip
         assert body["response"]["result"]["status"] == "Failure"
     finally:
         stop.set()
@@ -352,7 +295,7 @@ async def test_a_webhook_server_that_cannot_listen_fails_the_manager_while_cache
         client = fake.FakeClient()
         client.registry.register(WIDGETS)
         mgr = manager.Manager(client, options)  # type: ignore[arg-type]
-        server.register_for(mgr.webhook_server, WIDGETS, validator=reviews.Recording())
+        server.register_for(mgr.webhook_server, WIDGETS, validator=widgets.Recording())
         mgr.cache.informer(WIDGETS)
         gate = asyncio.Event()  # the caches never sync: only the failure can end the start
         original = client.list
