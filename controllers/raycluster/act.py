@@ -169,9 +169,9 @@ class Executor:
         for step in plan.steps:
             if isinstance(step, plan_.Event):
                 self.recorder.event(obj, step.type, step.reason, step.message, action=step.action)
-            elif isinstance(step, plan_.Log):
-                self.log.info(step.message, **step.fields)
             elif isinstance(step, plan_.DropFinalizer):
+                if step.finished is not None:
+                    self.log.info("redis clean-up job finished", **step.finished)
                 await self._drop_finalizer(obj)
             else:
                 return await self._create_job(obj, step)

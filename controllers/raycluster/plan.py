@@ -47,7 +47,6 @@ __all__ = [
     "Deletion",
     "DropFinalizer",
     "Event",
-    "Log",
     "Options",
     "Plan",
     "Refusal",
@@ -87,7 +86,7 @@ class Options:
 # -- what a plan holds --------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Event:
     """An Event on the RayCluster."""
 
@@ -97,7 +96,7 @@ class Event:
     action: str
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Create:
     """Create ``obj`` (its controller reference is the RayCluster's, set when it is made)."""
 
@@ -114,7 +113,7 @@ class Create:
     (:func:`role_not_owned` when not)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Delete:
     """Delete ``pods`` (by uid; one gone already is skipped)."""
 
@@ -123,7 +122,7 @@ class Delete:
     """The ``ReplicaFailure`` reason when the server refuses one."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Refusal:
     """A spec that cannot be reconciled: a Warning, the status (when the spec could be
     read) and a :class:`~runtime.reconcile.TerminalError`."""
@@ -151,22 +150,7 @@ class Plan:
     """Raised after the writes, without a status (several head pods)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class DropFinalizer:
-    """Remove the Redis clean-up finalizer (conditional; a cluster gone already is fine)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Log:
-    """An info log line."""
-
-    message: str
-    """What happened."""
-    fields: Mapping[str, Any]
-    """The structured fields of the line."""
-
-
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class CreateJob:
     """Create the Redis clean-up Job; look again in ``remaining`` seconds."""
 
@@ -176,13 +160,21 @@ class CreateJob:
     """Seconds until the finalizer is forced off."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class DropFinalizer:
+    """Remove the Redis clean-up finalizer (conditional; a cluster gone already is fine)."""
+
+    finished: Mapping[str, Any] | None = None
+    """The clean-up Job's end (its name, outcome, storage namespace), logged first."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Deletion:
     """A pass over a cluster being deleted that carries the Redis clean-up finalizer."""
 
     delete: tuple[Mapping[str, Any], ...] = ()
     """Its live pods (``FailedDeleteAllPods`` when refused: a Warning and an error)."""
-    steps: tuple[Event | DropFinalizer | Log | CreateJob, ...] = ()
+    steps: tuple[Event | DropFinalizer | CreateJob, ...] = ()
     """After the deletes, in order."""
     requeue_after: float | None = None
 
@@ -319,17 +311,21 @@ def _pod_writes(
         writes += _delete(heads, "FailedDeleteHeadPod")
         heads = []
     if not heads:
-        head = pods.head_pod(
-            cluster,
-            cluster_domain=options.cluster_domain,
-            created_by=options.created_by,
-            defaults=options.pod_defaults,
-        )
+        head = pods.head_pod(cluster, **_pod_options(options))
         writes.append(Create(pods.PODS, head, "FailedCreateHeadPod"))
     for group in cluster.spec.worker_group_specs or ():
         members = [p for p in live if not pods.is_head(p) and pods.group_of(p) == group.group_name]
         writes += _group(cluster, group, members, options)
     return writes, None
+
+
+def _pod_options(options: Options) -> dict[str, Any]:
+    """The pod builders' keywords (:func:`~controllers.raycluster.pods.head_pod`, ...)."""
+    return {
+        "cluster_domain": options.cluster_domain,
+        "created_by": options.created_by,
+        "defaults": options.pod_defaults,
+    }
 
 
 def _delete(victims: Sequence[Mapping[str, Any]], reason: str) -> list[Create | Delete]:
@@ -444,9 +440,7 @@ def _create_workers(
 ) -> list[Create | Delete]:
     writes: list[Create | Delete] = []
     for slot in pods.replica_slots(group, used=used, replicas=replicas):
-        pod = pods.worker_pod(cluster, group, cluster_domain=options.cluster_domain,
-                              created_by=options.created_by,
-                              defaults=options.pod_defaults, **slot)  # fmt: skip
+        pod = pods.worker_pod(cluster, group, **_pod_options(options), **slot)
         writes.append(Create(pods.PODS, pod, "FailedCreateWorkerPod"))
     return writes
 
@@ -531,13 +525,7 @@ def deletion(snapshot: snapshot_.Snapshot, *, now: datetime.datetime, options: O
         )
     if snapshot.jobs:
         return dataclasses.replace(_job_finished(snapshot.jobs[0], storage, remaining), delete=live)
-    job = redis_cleanup.job(
-        cluster,
-        cluster_domain=options.cluster_domain,
-        created_by=options.created_by,
-        defaults=options.pod_defaults,
-        owner=snapshot.obj,
-    )
+    job = redis_cleanup.job(cluster, **_pod_options(options), owner=snapshot.obj)
     return Deletion(delete=live, steps=(CreateJob(job, remaining),))
 
 
@@ -548,15 +536,13 @@ def _job_finished(job: Mapping[str, Any], storage: str, remaining: float) -> Del
         return Deletion(requeue_after=remaining)  # or the Job's next change
     name = job["metadata"]["name"]
     fields = {"job": name, "outcome": outcome, "storage_namespace": storage}
-    steps: list[Event | DropFinalizer | Log | CreateJob] = [
-        Log("redis clean-up job finished", fields)
-    ]
+    steps: list[Event | DropFinalizer | CreateJob] = []
     if outcome == "Failed":
         message = (
             f"Redis clean-up Job {name} failed: delete the storage namespace {storage!r} by hand"
         )
         steps.append(Event("Warning", "RedisCleanupFailed", message, "Cleanup"))
-    steps.append(DropFinalizer())
+    steps.append(DropFinalizer(fields))
     return Deletion(steps=tuple(steps))
 
 

@@ -126,7 +126,9 @@ MetricsObserver = act.MetricsObserver
 
 
 class Reconciler:
-    """One pass over one RayCluster (the module docstring says what it does)."""
+    """One pass over one RayCluster (the module docstring says what it does). Its
+    ``options`` and ``clock`` may be replaced between passes; the status writer keeps
+    the clock it was made with."""
 
     def __init__(
         self,

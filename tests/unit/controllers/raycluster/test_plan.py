@@ -167,8 +167,7 @@ def test_without_the_head_the_job_is_created_and_the_timeout_is_the_requeue() ->
 
 @pytest.mark.parametrize(
     ("condition", "expected"),
-    [("Complete", [plan.Log, plan.DropFinalizer]),
-     ("Failed", [plan.Log, plan.Event, plan.DropFinalizer])],
+    [("Complete", [plan.DropFinalizer]), ("Failed", [plan.Event, plan.DropFinalizer])],
 )  # fmt: skip
 def test_a_finished_job_drops_the_finalizer(condition: str, expected: list[type]) -> None:
     job = {"metadata": {"name": "demo-redis-cleanup"},
