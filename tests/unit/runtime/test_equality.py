@@ -105,7 +105,8 @@ def test_normalize_builds_a_new_value_and_leaves_its_argument_alone() -> None:
 
 
 def test_normalize_top_makes_every_kind_of_nothing_an_empty_map() -> None:
-    for nothing in (None, {}, [], {"a": None}, {"a": {"b": []}}, {"t": 1}):
+    nothings: list[Any] = [None, {}, [], {"a": None}, {"a": {"b": []}}, {"t": 1}]
+    for nothing in nothings:
         assert equality.normalize_top(nothing, volatile={"t"}) == {}, nothing
     assert equality.normalize(None) is None  # normalize itself keeps the value as it is
     assert equality.normalize_top({"a": 0}) == {"a": 0}
