@@ -58,7 +58,7 @@ authenticates and authorizes (TokenReview, then a SubjectAccessReview for ``get`
 certificate made at start, as kubebuilder's scaffold. Off by default (kubebuilder's is on):
 KubeRay serves plain HTTP, and its manifests and dashboards scrape that.
 
-The manager registers every reconciler :func:`controllers.setup` knows, then
+The manager registers every reconciler :func:`controllers.setup.setup` knows, then
 serves ``/metrics`` and ``/healthz``/``/readyz`` and runs until SIGTERM or SIGINT
 (a second signal exits at once). It exits 1 when it fails or loses its
 leader Lease (``--leader-elect``), which lives in the pod's own namespace
@@ -92,11 +92,12 @@ import structlog
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict, SettingsError
 
-import controllers
-from controllers import configuration, environment, features, rayservice, webhooks
+import controllers.setup
+from controllers import configuration, environment, features, webhooks
 from controllers.raycluster import pods as raycluster_pods
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
+from controllers.rayservice import setup as rayservice_setup
 from runtime import log, manager
 from runtime.client import client as client_
 from runtime.webhook import server as webhook_server
@@ -468,7 +469,7 @@ async def _run(
     gateway_api = False
     if settings.gates().enabled("RayServiceIncrementalUpgrade"):
         try:
-            gateway_api = await rayservice.gateway_api_served(client)
+            gateway_api = await rayservice_setup.gateway_api_served(client)
         except Exception as exc:  # the API server cannot be asked: nothing would run
             return _fail(f"cannot ask the API server for the Gateway API: {exc}")
         if not gateway_api:
@@ -487,14 +488,14 @@ async def _run(
             leader_election=settings.leader_elect,
             leader_election_id=settings.leader_election_id,
             leader_election_namespace=settings.leader_election_namespace,
-            events=controllers.EVENT_OPTIONS,
-            cache_by_resource=controllers.cache_by_resource(),
+            events=controllers.setup.EVENT_OPTIONS,
+            cache_by_resource=controllers.setup.cache_by_resource(),
             webhook=webhook_server.Options(
                 bind_address=settings.webhook_bind_address, cert_dir=settings.webhook_cert_dir
             ),
         ),
     )
-    controllers.setup(
+    controllers.setup.setup(
         mgr,
         max_concurrent_reconciles=settings.reconcile_concurrency,
         rayservice_options=_rayservice_options(settings, gateway_api=gateway_api),

@@ -33,7 +33,7 @@ Event-driven:
 
 **Registration.** :func:`enable` registers these families in
 :data:`runtime.metrics.registry` - only then: without it no ``kuberay_*`` family
-exists (``controllers.setup(..., enable_metrics=True)`` calls it; KubeRay's
+exists (``controllers.setup.setup(..., enable_metrics=True)`` calls it; KubeRay's
 ``--enable-metrics``). The registry is the process's, so the families are registered
 once per process; a second :func:`enable` (a second manager in the same process,
 tests) adds that manager's cache as another source and returns the same

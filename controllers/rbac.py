@@ -97,7 +97,7 @@ RAYCLUSTER: tuple[Rule, ...] = (
 )
 """The RayCluster reconciler: owns head and worker pods, the head (and serve) service,
 for token authentication the Secret holding the token (cached, but only the Secrets
-labelled ``ray.io/cluster``: see :func:`controllers.cache_by_resource`), and, for in-tree
+labelled ``ray.io/cluster``: see :func:`controllers.setup.cache_by_resource`), and, for in-tree
 autoscaling, the autoscaler's ServiceAccount, Role and RoleBinding.
 Creating a Role requires holding what it grants (RBAC escalation prevention):
 the autoscaler's Role grants ``get list watch patch`` on pods, ``patch`` on

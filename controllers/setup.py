@@ -1,4 +1,4 @@
-"""The RayCluster and RayService reconcilers, built on :mod:`runtime` and :mod:`api`.
+"""Setup: the RayCluster and RayService reconcilers wired to one manager.
 
 :func:`setup` registers both with a manager; the ``rayservice-manager`` binary
 (:mod:`controllers.main`) calls it, after building the manager with
@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from controllers import metrics, raycluster, rayservice
+from controllers import metrics
 from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster_interface
 from controllers.raycluster import reconciler as raycluster_reconciler
+from controllers.raycluster import setup as raycluster_setup
 from controllers.rayservice import reconciler as rayservice_reconciler
+from controllers.rayservice import setup as rayservice_setup
 from runtime import events
 from runtime.cache import cache
 from runtime.client import resources
@@ -110,13 +112,13 @@ def setup(
         manager.add(DashboardCloser(dashboards))
     observer = metrics.enable(manager).durations if enable_metrics else None
     return [
-        raycluster.setup(
+        raycluster_setup.setup(
             manager,
             max_concurrent_reconciles=max_concurrent_reconciles,
             options=raycluster_options,
             metrics=observer,
         ),
-        rayservice.setup(
+        rayservice_setup.setup(
             manager,
             dashboards=dashboards,
             options=rayservice_options,

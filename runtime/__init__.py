@@ -50,36 +50,42 @@ A minimal controller:
 True
 """
 
-from runtime import (
-    builder,
-    cache,
-    client,
-    clock,
-    conditions,
-    controller,
-    delegatedauth,
-    events,
-    handler,
-    leaderelection,
-    log,
-    manager,
-    metrics,
-    objects,
-    predicate,
-    quantity,
-    reconcile,
-    source,
-    status,
-    tls,
-    webhook,
-    workqueue,
-)
-from runtime.builder import Builder
-from runtime.controller import Controller
-from runtime.controller import Options as ControllerOptions
-from runtime.manager import Manager
-from runtime.manager import Options as ManagerOptions
-from runtime.reconcile import Func, Reconciler, Request, Result, TerminalError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names, for type checkers; at run time they load on first use
+    from runtime import (
+        builder,
+        cache,
+        client,
+        clock,
+        conditions,
+        controller,
+        delegatedauth,
+        events,
+        handler,
+        leaderelection,
+        log,
+        manager,
+        metrics,
+        objects,
+        predicate,
+        quantity,
+        reconcile,
+        source,
+        status,
+        tls,
+        webhook,
+        workqueue,
+    )
+    from runtime.builder import Builder
+    from runtime.controller import Controller
+    from runtime.controller import Options as ControllerOptions
+    from runtime.manager import Manager
+    from runtime.manager import Options as ManagerOptions
+    from runtime.reconcile import Func, Reconciler, Request, Result, TerminalError
 
 __version__ = "0.1.0"
 """The version of both distributions built from this repository (the framework,
@@ -120,3 +126,32 @@ __all__ = [
     "webhook",
     "workqueue",
 ]
+
+_NAMES = {
+    "Builder": ("runtime.builder", "Builder"),
+    "Controller": ("runtime.controller", "Controller"),
+    "ControllerOptions": ("runtime.controller", "Options"),
+    "Manager": ("runtime.manager", "Manager"),
+    "ManagerOptions": ("runtime.manager", "Options"),
+    "Func": ("runtime.reconcile", "Func"),
+    "Reconciler": ("runtime.reconcile", "Reconciler"),
+    "Request": ("runtime.reconcile", "Request"),
+    "Result": ("runtime.reconcile", "Result"),
+    "TerminalError": ("runtime.reconcile", "TerminalError"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The facade loads lazily (PEP 562): ``runtime.Controller`` or ``runtime.cache``
+    imports its module on first use, so that importing one pure module of the framework
+    (``runtime.clock``, ``runtime.conditions``) does not load the client, the cache or
+    aiohttp."""
+    if name in _NAMES:
+        module, attribute = _NAMES[name]
+        value = getattr(importlib.import_module(module), attribute)
+    elif name in __all__ and not name.startswith("_"):
+        value = importlib.import_module(f"runtime.{name}")
+    else:
+        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    globals()[name] = value
+    return value

@@ -42,11 +42,13 @@ from __future__ import annotations
 import copy
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime import equality
-from runtime.cache import cache as cache_
 from runtime.client import errors, resources
+
+if TYPE_CHECKING:  # a type only: the pure helpers here load no cache
+    from runtime.cache import cache as cache_
 
 __all__ = [
     "AlreadyOwnedError",

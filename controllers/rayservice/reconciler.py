@@ -74,7 +74,7 @@ fixed, crash-safe order. What the pass decides:
    :data:`ENDPOINTS_GRACE`: the endpoints follow within about a second (their
    EndpointSlice wakes us), and one write then reports the switch and the endpoints.
 
-**When it runs again.** Watches (see :func:`controllers.rayservice.setup`) wake it on
+**When it runs again.** Watches (see :func:`controllers.rayservice.setup.setup`) wake it on
 spec changes, on any change to its clusters and services, and on the serve
 service's EndpointSlices. The dashboard sends no events, so it is polled:
 every ``serve_poll_interval`` (2 s) while converging, and once the service is
@@ -147,7 +147,7 @@ class Options:
     gateway_api: bool = False
     """The API server serves the Gateway API (``gateway.networking.k8s.io/v1`` Gateways and
     HTTPRoutes): they are then watched and cached. Default off;
-    :func:`controllers.rayservice.gateway_api_served` tells (the operator's ``main`` asks
+    :func:`controllers.rayservice.setup.gateway_api_served` tells (the operator's ``main`` asks
     it at start-up). Off, an incremental RayService reports ``GatewayAPIUnavailable``."""
 
     def __post_init__(self) -> None:

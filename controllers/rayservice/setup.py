@@ -1,14 +1,5 @@
-"""The RayService controller: Ray Serve applications on RayClusters, upgraded without
-downtime, level-based, with nothing that matters kept in memory.
-
-- :mod:`controllers.rayservice.validation`: what makes a RayService impossible;
-- :mod:`controllers.rayservice.clusters`: the RayClusters it owns (the spec hash,
-  names derived from it, KubeRay's labels and annotations, in-place updates);
-- :mod:`controllers.rayservice.services`: its head and serve Services;
-- :mod:`controllers.rayservice.report`: the status, computed in one pure function;
-- :mod:`controllers.rayservice.gateway` and :mod:`controllers.rayservice.incremental`:
-  ``NewClusterWithIncrementalUpgrade``'s Gateway and HTTPRoute, and its state machine;
-- :mod:`controllers.rayservice.reconciler`: one reconcile pass (read it first).
+"""Setup: the RayService controller wired to a manager, beside its reconciler (as
+controller-runtime keeps ``SetupWithManager`` beside ``Reconcile``).
 
 :func:`setup` wires the reconciler to a manager. It reconciles a RayService on
 changes to its spec, labels or annotations (not on its own status writes), on any

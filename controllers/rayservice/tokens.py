@@ -12,7 +12,7 @@ mode (a header, so it passes the API server's proxy, which consumes
 **Where it is read**, without a request per poll:
 
 - from the manager's cache, which holds the Secrets labelled ``ray.io/cluster`` only
-  (:func:`controllers.cache_by_resource`): the ones the RayCluster controller creates,
+  (:func:`controllers.setup.cache_by_resource`): the ones the RayCluster controller creates,
   and KubeRay before a hand-over. Watch-fed: a recreated Secret is seen at once, and a
   read costs nothing;
 - a Secret not there (a user's ``secretName``, unlabelled) by one GET, remembered per

@@ -5,8 +5,8 @@ Starts etcd + kube-apiserver (``runtime.testing.controlplane``, binaries from
 processes side by side against it:
 
 - ``filtered``: ``python -m controllers.main``, the binary as shipped (its cache holds
-  only Ray pods, ``controllers.cache_by_resource``);
-- ``unfiltered``: the same code with ``controllers.cache_by_resource`` replaced by ``{}``
+  only Ray pods, ``controllers.setup.cache_by_resource``);
+- ``unfiltered``: the same code with ``controllers.setup.cache_by_resource`` replaced by ``{}``
   before ``main()`` runs (a one-line ``python -c`` wrapper here: no switch in the
   product), i.e. the cache as it was before per-resource options.
 
@@ -48,7 +48,7 @@ POD = resources.default_registry.for_kind("v1", "Pod")
 SA = resources.default_registry.for_kind("v1", "ServiceAccount")
 UNFILTERED = (
     "import sys, controllers; from controllers import main; "
-    "controllers.cache_by_resource = lambda: {}; sys.exit(main.main())"
+    "controllers.setup.cache_by_resource = lambda: {}; sys.exit(main.main())"
 )
 """The unfiltered manager: the same code, with the operator's cache options left out."""
 

@@ -4,10 +4,17 @@
   delete, watch, status writes) and its :class:`Options`;
 - :mod:`runtime.client.errors`: :class:`NotFound`, :class:`Conflict`, :class:`Gone`, ...;
 - :mod:`runtime.client.resources`: where each kind is served (:class:`Resource`).
+
+``Client``, ``ListResult`` and ``Options`` load on first use (PEP 562): importing the
+errors or the resource table does not load aiohttp.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from runtime.client import errors, resources
-from runtime.client.client import Client, ListResult, Options
 from runtime.client.errors import (
     AlreadyExists,
     ApiError,
@@ -20,6 +27,9 @@ from runtime.client.errors import (
     TooManyRequests,
 )
 from runtime.client.resources import Resource
+
+if TYPE_CHECKING:
+    from runtime.client.client import Client, ListResult, Options
 
 __all__ = [
     "AlreadyExists",
@@ -38,3 +48,11 @@ __all__ = [
     "errors",
     "resources",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Client", "ListResult", "Options"):
+        value = getattr(importlib.import_module("runtime.client.client"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'runtime.client' has no attribute {name!r}")

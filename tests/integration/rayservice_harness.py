@@ -34,10 +34,11 @@ from typing import Any
 import aiohttp
 
 import api.v1 as v1
-import controllers
-from controllers import raycluster, rayservice
+import controllers.setup
 from controllers.ray import dashboard
+from controllers.raycluster import setup as raycluster_setup
 from controllers.rayservice import reconciler as reconciler_
+from controllers.rayservice import setup as rayservice_setup
 from runtime import manager as manager_
 from runtime.client import client as client_
 from runtime.client import errors, resources
@@ -391,15 +392,15 @@ async def start_manager(
     mgr = manager_.Manager(client, manager_.Options(
         name="rayservice-operator",
         namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
-        graceful_shutdown_timeout=5.0, cache_by_resource=controllers.cache_by_resource(),
+        graceful_shutdown_timeout=5.0, cache_by_resource=controllers.setup.cache_by_resource(),
     ))  # fmt: skip
     dashboards = dashboard.Dashboards(api=client)
     factory: dashboard.DashboardFactory = dashboards
     if crash is not None:
         _crashing_client(client, crash)
         factory = _CrashingDashboards(dashboards, crash)
-    raycluster.setup(mgr, skip_name_validation=True)
-    rayservice.setup(
+    raycluster_setup.setup(mgr, skip_name_validation=True)
+    rayservice_setup.setup(
         mgr,
         dashboards=factory,
         options=reconciler_.Options(

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import parser
 
 import api.v1 as v1
-import controllers
+import controllers.setup
 from controllers.ray import fake as fake_dashboards
 from runtime import manager as manager_
 from runtime.client import client as client_
@@ -59,7 +59,7 @@ async def manager(
         name="rayservice-operator",
         namespace=namespace, metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
         graceful_shutdown_timeout=5.0))  # fmt: skip
-    controllers.setup(mgr, dashboards=fake_dashboards.FakeDashboards(), enable_metrics=True)
+    controllers.setup.setup(mgr, dashboards=fake_dashboards.FakeDashboards(), enable_metrics=True)
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))
     try:

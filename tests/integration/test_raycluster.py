@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
-import controllers
-from controllers import raycluster
+import controllers.setup
 from controllers.raycluster import pods, services
+from controllers.raycluster import setup as raycluster_setup
 from runtime import manager as manager_
 from runtime import metrics
 from runtime.client import client as client_
@@ -52,8 +52,8 @@ async def manager(
     mgr = manager_.Manager(client, manager_.Options(
         name="rayservice-operator",
         namespace=namespace, metrics_bind_address="0", health_probe_bind_address="0",
-        cache_by_resource=controllers.cache_by_resource()))  # fmt: skip
-    raycluster.setup(mgr, skip_name_validation=True)
+        cache_by_resource=controllers.setup.cache_by_resource()))  # fmt: skip
+    raycluster_setup.setup(mgr, skip_name_validation=True)
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))
     try:

@@ -29,8 +29,8 @@ import aiohttp
 import pytest
 
 import api.v1 as v1
-from controllers import raycluster
 from controllers.ray import dashboard, serveconfig
+from controllers.raycluster import setup as raycluster_setup
 from runtime import manager as manager_
 from runtime.client import client as client_
 from runtime.testing import controlplane
@@ -111,7 +111,7 @@ class ManagerThread:
             mgr = manager_.Manager(client, manager_.Options(
                 name="rayservice-operator", namespaces=self.namespaces, metrics_bind_address="0",
                 health_probe_bind_address="0"))  # fmt: skip
-            raycluster.setup(mgr, skip_name_validation=True)
+            raycluster_setup.setup(mgr, skip_name_validation=True)
             self.loop = asyncio.get_running_loop()
             self.stop_event = asyncio.Event()
             self.started.set()

@@ -1,10 +1,10 @@
-"""``controllers.cache_by_resource``: the manager's cache holds Ray pods, the token Secrets
+"""``controllers.setup.cache_by_resource``: the manager's cache holds Ray pods, the token Secrets
 and KubeRay's Jobs only, and every pod and Redis clean-up Job the RayCluster builders make
 is one of them (else the operator would not see its own)."""
 
 from __future__ import annotations
 
-import controllers
+import controllers.setup
 from api import v1
 from controllers.raycluster import auth, pods, redis_cleanup
 from runtime.cache import selector
@@ -26,7 +26,7 @@ def cluster(labels: dict[str, str]) -> v1.RayCluster:
 
 
 def test_pods_are_filtered_as_kuberay_v1_7_does_and_secrets_more_than_it_does() -> None:
-    by = controllers.cache_by_resource()
+    by = controllers.setup.cache_by_resource()
     assert list(by) == [POD, SECRET, JOB]
     assert by[SECRET].label_selector == "ray.io/cluster"
     assert by[SECRET].transform is None
@@ -38,7 +38,7 @@ def test_pods_are_filtered_as_kuberay_v1_7_does_and_secrets_more_than_it_does() 
 
 
 def test_every_redis_cleanup_job_we_build_and_its_pods_are_in_the_cache() -> None:
-    by = controllers.cache_by_resource()
+    by = controllers.setup.cache_by_resource()
     jobs = selector.parse(by[JOB].label_selector or "")
     pod_sel = selector.parse(by[POD].label_selector or "")
     for labels in ({}, {"app.kubernetes.io/created-by": "someone-else", "ray.io/node-type": "x"}):
@@ -51,7 +51,7 @@ def test_every_redis_cleanup_job_we_build_and_its_pods_are_in_the_cache() -> Non
 
 
 def test_every_pod_we_build_is_in_the_cache_and_other_pods_are_not() -> None:
-    sel = selector.parse(controllers.cache_by_resource()[POD].label_selector or "")
+    sel = selector.parse(controllers.setup.cache_by_resource()[POD].label_selector or "")
     # A template that tries to set the node type (or drop it) cannot take a pod out.
     for labels in ({}, {"ray.io/node-type": "other", "app": "x"}):
         c = cluster(labels)
@@ -65,7 +65,7 @@ def test_every_pod_we_build_is_in_the_cache_and_other_pods_are_not() -> None:
 
 
 def test_the_token_secret_we_make_is_in_the_cache_and_other_secrets_are_not() -> None:
-    sel = selector.parse(controllers.cache_by_resource()[SECRET].label_selector or "")
+    sel = selector.parse(controllers.setup.cache_by_resource()[SECRET].label_selector or "")
     c = v1.RayCluster.model_validate({
         "metadata": {"name": "demo", "namespace": "ns"},
         "spec": {"rayVersion": "2.60.0", "authOptions": {"mode": "token"},

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import structlog
 
-import controllers
-from controllers import main, rayservice
+import controllers.setup
+from controllers import main
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.rayservice import reconciler as rayservice_reconciler
+from controllers.rayservice import setup as rayservice_setup
 from runtime import log, manager
 from runtime.client import client as client_
 from runtime.client import kubeconfig as kubeconfig_
@@ -85,8 +86,8 @@ def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterator[Ran
         return record.gateway_api
 
     monkeypatch.setattr(manager, "serve", serve)
-    monkeypatch.setattr(controllers, "setup", setup)
-    monkeypatch.setattr(rayservice, "gateway_api_served", gateway_api_served)
+    monkeypatch.setattr(controllers.setup, "setup", setup)
+    monkeypatch.setattr(rayservice_setup, "gateway_api_served", gateway_api_served)
 
     def configure(fmt: str, level: str, **options: Any) -> None:
         record.logging.append((fmt, level))
@@ -294,8 +295,8 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         leader_election=True,
         leader_election_id="ray-operator-leader",
         health_probe_bind_address=":8082",
-        cache_by_resource=controllers.cache_by_resource(),
-        events=controllers.EVENT_OPTIONS,
+        cache_by_resource=controllers.setup.cache_by_resource(),
+        events=controllers.setup.EVENT_OPTIONS,
     ), "the Manager's defaults, but KubeRay's leader election (on) and probe port, and the "
     "operator's cache filters"
     assert options.cache_by_resource["pods"].label_selector == (
@@ -340,8 +341,8 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         name="rayservice-operator",
         namespaces=("team-a",), leader_election=True, leader_election_id="my-lease",
         leader_election_namespace="ops", metrics_bind_address="127.0.0.1:9090",
-        health_probe_bind_address="0", cache_by_resource=controllers.cache_by_resource(),
-        events=controllers.EVENT_OPTIONS,
+        health_probe_bind_address="0", cache_by_resource=controllers.setup.cache_by_resource(),
+        events=controllers.setup.EVENT_OPTIONS,
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -379,8 +380,8 @@ def test_environment_variables_reach_the_manager_and_flags_win(
         name="rayservice-operator",
         namespaces=("team-b",), leader_election=True, leader_election_id="env-lease",
         metrics_bind_address="127.0.0.1:9100", health_probe_bind_address="127.0.0.1:9101",
-        cache_by_resource=controllers.cache_by_resource(),
-        events=controllers.EVENT_OPTIONS,
+        cache_by_resource=controllers.setup.cache_by_resource(),
+        events=controllers.setup.EVENT_OPTIONS,
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -443,8 +444,8 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
         namespaces=("team-a", "team-b"), leader_election=True, leader_election_namespace="ops",
         leader_election_id="ray-operator-leader",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
-        cache_by_resource=controllers.cache_by_resource(),
-        events=controllers.EVENT_OPTIONS,
+        cache_by_resource=controllers.setup.cache_by_resource(),
+        events=controllers.setup.EVENT_OPTIONS,
     )  # fmt: skip
     assert ran.setup == [
         {
@@ -648,8 +649,8 @@ def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
         name="rayservice-operator", namespaces=("team-a", "team-b"), leader_election=False,
         leader_election_id="ray-operator-leader",
         metrics_bind_address="127.0.0.1:9", health_probe_bind_address="127.0.0.1:10",
-        cache_by_resource=controllers.cache_by_resource(),
-        events=controllers.EVENT_OPTIONS,
+        cache_by_resource=controllers.setup.cache_by_resource(),
+        events=controllers.setup.EVENT_OPTIONS,
     )  # fmt: skip
     assert (mgr.client.options.qps, mgr.client.options.burst) == (30.0, 60)
     (setup,) = ran.setup

@@ -302,7 +302,7 @@ SCRIPT = textwrap.dedent(
 
     async def main(mode):
         mgr = new_manager()
-        controllers.setup(mgr, enable_metrics=(mode != "off"))
+        controllers.setup.setup(mgr, enable_metrics=(mode != "off"))
         await mgr.client.create(scenario.raycluster())
         await mgr.cache.start()
         await mgr.cache.wait_for_sync()

@@ -13,7 +13,7 @@ import datetime
 from typing import Any
 
 import api.v1 as v1
-import controllers
+import controllers.setup
 from controllers.ray import fake as fake_dashboards
 from controllers.raycluster import interface as raycluster
 from controllers.rayservice import clusters, gateway, services
@@ -26,7 +26,7 @@ from runtime.testing import fake
 PODS = raycluster.PODS
 SERVICES = services.SERVICES
 SLICES = services.ENDPOINT_SLICES
-EVENTS = events.EVENTS_V1  # the operator writes events.k8s.io/v1 (controllers.EVENT_OPTIONS)
+EVENTS = events.EVENTS_V1  # the operator writes events.k8s.io/v1 (controllers.setup.EVENT_OPTIONS)
 REQUEST = reconcile.Request("ns", "demo")
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -76,13 +76,15 @@ class Env:
             registry.register(gateway.GATEWAYS)
             registry.register(gateway.HTTPROUTES)
         self.client = fake.FakeClient(registry, namespaces=["ns"])
-        # The cache the binary builds: only Ray pods (controllers.cache_by_resource).
+        # The cache the binary builds: only Ray pods (controllers.setup.cache_by_resource).
         self.cache = cache_.Cache(
             self.client,  # type: ignore[arg-type]
-            by_resource=controllers.cache_by_resource(),
+            by_resource=controllers.setup.cache_by_resource(),
             debug=True,
         )
-        self.recorder = events.Recorder(self.client, "test", options=controllers.EVENT_OPTIONS)  # type: ignore[arg-type]
+        self.recorder = events.Recorder(
+            self.client, "test", options=controllers.setup.EVENT_OPTIONS
+        )  # type: ignore[arg-type]
         self.dashboards = fake_dashboards.FakeDashboards()
         self.now = T0
         self.reconciler = reconciler_.Reconciler(

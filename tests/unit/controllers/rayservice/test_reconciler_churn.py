@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controllers import rayservice
-from controllers.rayservice import clusters
+from controllers.rayservice import clusters, setup
 from runtime import reconcile
 from runtime.cache.informer import Event
 from tests.unit.controllers.rayservice import scenario
@@ -77,10 +76,10 @@ async def test_the_hash_annotation_alone_does_not_wake_the_rayservice() -> None:
     old = {"metadata": {"name": "c", "resourceVersion": "1", "annotations": {}}, "spec": {}}
     new = {**old, "metadata": {**old["metadata"], "resourceVersion": "2",
                                "annotations": {clusters.SERVE_CONFIG_ANNOTATION: "h"}}}  # fmt: skip
-    assert not rayservice.not_only_serve_config_hash(Event("update", new, old))
+    assert not setup.not_only_serve_config_hash(Event("update", new, old))
     relabelled = {**new, "metadata": {**new["metadata"], "labels": {"x": "y"}}}
-    assert rayservice.not_only_serve_config_hash(Event("update", relabelled, old))
-    assert rayservice.not_only_serve_config_hash(Event("add", new))
+    assert setup.not_only_serve_config_hash(Event("update", relabelled, old))
+    assert setup.not_only_serve_config_hash(Event("add", new))
 
 
 async def test_a_change_landing_during_the_pass_ends_it_quietly(env: Env) -> None:

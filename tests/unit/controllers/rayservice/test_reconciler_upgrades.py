@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 import api.v1 as v1
-from controllers import rayservice as rayservice_pkg
 from controllers.ray import dashboard
-from controllers.rayservice import clusters, services, validation
+from controllers.rayservice import clusters, services, setup, validation
 from controllers.rayservice import reconciler as reconciler_
 from runtime import reconcile
 from runtime.client import errors
@@ -402,7 +401,7 @@ async def test_a_47_character_name_gives_names_that_fit(env: Env) -> None:
 
 
 def test_the_rate_limiter_backs_off_per_service() -> None:
-    limiter = rayservice_pkg.rate_limiter()
+    limiter = setup.rate_limiter()
     delays = [limiter.when(REQUEST) for _ in range(12)]
     assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
     assert delays[-1] == 300.0

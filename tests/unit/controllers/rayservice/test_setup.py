@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import api.v1 as v1
-from controllers import rayservice
 from controllers.ray import fake as fake_dashboards
 from controllers.raycluster import interface as raycluster
+from controllers.rayservice import setup
 from runtime import manager, reconcile, source
 from runtime.cache import informer
 from runtime.client import resources
@@ -41,9 +41,7 @@ async def test_a_head_pod_turning_ready_wakes_its_rayservice_at_once() -> None:
             name="rayservice-operator", metrics_bind_address="0", health_probe_bind_address="0"
         ),
     )
-    ctrl = rayservice.setup(
-        mgr, dashboards=fake_dashboards.FakeDashboards(), skip_name_validation=True
-    )
+    ctrl = setup.setup(mgr, dashboards=fake_dashboards.FakeDashboards(), skip_name_validation=True)
     mgr.cache.informer(v1.RAYCLUSTERS).store.upsert({  # demo's cluster, as the cache has it
         "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {
             "name": "demo-f972o", "namespace": "ns", "resourceVersion": "1", "uid": "c",

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import controllers.rayservice as rayservice
+from controllers.rayservice import setup
 from runtime import reconcile
 from runtime.cache import informer, store
 
 
 class Cache:
-    """The one thing :func:`rayservice.head_pod_owner` reads: the RayClusters' store."""
+    """The one thing :func:`setup.head_pod_owner` reads: the RayClusters' store."""
 
     def __init__(self, *clusters: dict[str, Any]) -> None:
         self.clusters = store.Store()
@@ -43,7 +43,7 @@ def pod(cluster_name: str | None, node_type: str = "head", **status: Any) -> dic
 
 
 def test_a_head_pod_maps_to_the_rayservice_controlling_its_cluster() -> None:
-    owner = rayservice.head_pod_owner(Cache(cluster("svc-abcde"), cluster("lone", "Other")))
+    owner = setup.head_pod_owner(Cache(cluster("svc-abcde"), cluster("lone", "Other")))
     assert list(owner(pod("svc-abcde"))) == [reconcile.Request("ns", "svc")]
     assert list(owner(pod("lone"))) == [], "a cluster no RayService controls"
     assert list(owner(pod("unknown"))) == [], "a cluster not (yet) in the cache"
@@ -57,7 +57,7 @@ def test_only_a_head_pods_readiness_is_worth_a_pass() -> None:
     ready = pod("c", phase="Running", podIP="198.18.1.9",
                 conditions=[{"type": "Ready", "status": "True"}])  # fmt: skip
     relabelled = {**ready, "metadata": {**ready["metadata"], "annotations": {"a": "b"}}}
-    changed = rayservice.head_readiness_changed
+    changed = setup.head_readiness_changed
     assert changed(informer.Event("add", created))
     assert changed(informer.Event("update", running, created))
     assert changed(informer.Event("update", ready, running))
