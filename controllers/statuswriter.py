@@ -5,8 +5,7 @@ reconciler's clock and comparing against the cache's newest copy.
 ``latest=cache``: the write is based on the cache's copy when that one is newer and of
 the same generation (an annotation written meanwhile, the RayService's on its RayCluster
 say, costs no 409), and is ``STALE`` without a request when the generation moved
-(:mod:`runtime.status`, step 2). The RayCluster reconciler uses it; the RayService
-reconciler builds the same writer by hand today.
+(:mod:`runtime.status`, step 2). Both reconcilers use it.
 
 >>> import datetime
 >>> moment = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)

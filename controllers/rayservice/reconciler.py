@@ -98,13 +98,13 @@ from typing import Any
 import structlog
 
 import api.v1 as v1
+from controllers import statuswriter
 from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster
 from controllers.rayservice import act, clusters, observe, report, tokens
 from controllers.rayservice import plan as plan_
-from runtime import clock, events, objects
+from runtime import events, objects
 from runtime import reconcile as reconcile_
-from runtime import status as status_writer
 from runtime.cache import cache as cache_
 from runtime.client import errors
 
@@ -181,20 +181,14 @@ class Reconciler:
         self.dashboards = dashboards
         self.options = options or Options()
         self.clock = clock
-        self.writer = status_writer.StatusWriter(
-            client,
-            volatile=report.VOLATILE,
-            stamps={"lastUpdateTime": self._now_text},
-            latest=cache,  # a spec update meanwhile: STALE at once, not a 409
-        )
+        self.writer = statuswriter.for_reconciler(
+            client, cache, volatile=report.VOLATILE, clock=lambda: self.clock()
+        )  # a spec update meanwhile: STALE at once, not a 409
         self.executor = act.Executor(client, recorder, self.writer)
         self.tokens = tokens.Tokens(client, cache)
         self.log = structlog.get_logger("controllers.rayservice")
         self._memory: dict[reconcile_.Request, plan_.Memory] = {}
         """Hints per RayService (:class:`controllers.rayservice.plan.Memory`)."""
-
-    def _now_text(self) -> str:
-        return clock.rfc3339(self.clock())
 
     async def reconcile(self, request: reconcile_.Request) -> reconcile_.Result:
         try:

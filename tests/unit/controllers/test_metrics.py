@@ -5,6 +5,7 @@ enable_metrics gate and a second registration in fresh processes (the registry i
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 import pathlib
 import subprocess
@@ -198,6 +199,9 @@ class Clock:
         return self.now
 
 
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)  # the scenario's time
+
+
 @pytest.fixture
 async def env() -> AsyncIterator[tuple[cluster_scenario.Env, metrics.ProvisionedDurations, Clock]]:
     e = cluster_scenario.Env()
@@ -206,7 +210,7 @@ async def env() -> AsyncIterator[tuple[cluster_scenario.Env, metrics.Provisioned
     e.reconciler = reconciler_.Reconciler(
         e.client, e.cache, e.recorder,
         reconciler_.Options(cluster_domain="cluster.local", random_pod_delete=False),
-        now=lambda: cluster_scenario.NOW, metrics=durations,
+        clock=lambda: NOW, metrics=durations,
     )  # fmt: skip
     yield e, durations, wall
     e.cache.verify()
