@@ -118,6 +118,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from api import v1
+from controllers.ray import serve
 from controllers.raycluster import auth, autoscaler, names
 from controllers.raycluster import env as env_
 from runtime import quantity
@@ -173,7 +174,7 @@ _GCS_PORT = "6379"
 _METRICS_PORT = 8080
 _DASHBOARD_PORT = 8265
 _AGENT_PORT = 52365
-_SERVE_PORT = 8000
+_SERVE_PORT = serve.DEFAULT_SERVE_PORT
 _SHM = ("shared-mem", "/dev/shm")
 _SWITCH_EXEMPT = frozenset({"log-color", "include-dashboard", "include-log-monitor"})  # values
 _ACCELERATORS = {"aws.amazon.com/neuroncore": "neuron_cores", "google.com/tpu": "TPU"}

@@ -114,7 +114,6 @@ import api.v1 as v1
 from controllers import statuswriter
 from controllers.raycluster import act, names, observe, redis_cleanup
 from controllers.raycluster import plan as plan_
-from runtime import clock as runtime_clock
 from runtime import events, objects, reconcile
 from runtime.cache import cache as cache_
 from runtime.client import errors
@@ -139,13 +138,9 @@ class Reconciler:
         *,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
         metrics: MetricsObserver | None = None,
-        now: Callable[[], str] | None = None,
     ) -> None:
         """``clock``: the time (a timezone-aware ``datetime``, as the RayService reconciler
-        takes it). ``now``: the former clock, an RFC 3339 string; kept only until its last
-        caller (``tests/unit/controllers/test_metrics.py``) passes ``clock``."""
-        if now is not None:
-            clock = _from_text(now)
+        takes it)."""
         self.client = client
         self.metrics = metrics
         self.cache = cache
@@ -193,15 +188,3 @@ class Reconciler:
         if failure is not None:
             self.executor.fail(obj, failure)
         return reconcile.Result()
-
-
-def _from_text(now: Callable[[], str]) -> Callable[[], datetime.datetime]:
-    """A ``clock`` reading an RFC 3339 ``now`` (the former parameter)."""
-
-    def read() -> datetime.datetime:
-        moment = runtime_clock.parse_rfc3339(now())
-        if moment is None:
-            raise ValueError(f"not an RFC 3339 time: {now()!r}")
-        return moment
-
-    return read

@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from api import v1
+from controllers.ray import serve
 from controllers.raycluster import names
 from runtime.client import resources
 
@@ -69,7 +70,7 @@ _DEFAULT_PORTS = {
     "gcs-server": 6379,
     "dashboard": 8265,
     "metrics": 8080,
-    "serve": 8000,
+    "serve": serve.DEFAULT_SERVE_PORT,
 }
 _APP_PROTOCOL = "tcp"
 
