@@ -1,9 +1,9 @@
 """Observe: everything one RayService pass decides from, read once into a
-:class:`~controllers.rayservice.plan.Snapshot` that nothing changes afterwards.
+:class:`~controllers.rayservice.snapshot.Snapshot` that nothing changes afterwards.
 
 :func:`observe` reads only the cache (never the API server) and, for the one
 cluster whose Serve applications matter this pass (the *target*:
-:func:`controllers.rayservice.plan.roles` names it, from what the cache holds), the
+:func:`controllers.rayservice.roles.decide` names it, from what the cache holds), the
 Ray dashboard. It writes nothing. What it found is:
 
 - the RayService validated once (:func:`controllers.rayservice.validation.validate`:
@@ -15,12 +15,12 @@ Ray dashboard. It writes nothing. What it found is:
 - every RayCluster name in the namespace, only when a new cluster has to be named;
 - during an upgrade, the active cluster's head pod and its Serve proxy's health
   (one ``/-/healthz``, not asked when the head is excluded from the serve service;
-  a :class:`~controllers.rayservice.plan.ProxyView`): its ``ray.io/serve`` label is
+  a :class:`~controllers.rayservice.snapshot.ProxyView`): its ``ray.io/serve`` label is
   kept up to date too, as KubeRay v1.7.0 does for both heads;
 - for the target, once its head pod (controlled by the cluster, Running and Ready)
   is there: the dashboard's Serve applications, and the Serve proxy's health when
   the head pod's ``ray.io/serve`` label may have to change (a
-  :class:`~controllers.rayservice.plan.ServeView`). The dashboard is reached only
+  :class:`~controllers.rayservice.snapshot.ServeView`). The dashboard is reached only
   through what the RayCluster controls: in the ``service`` and ``kubernetes-proxy``
   modes its head Service must be controlled by the cluster, not an ``ExternalName``,
   and select the cluster's head pod; otherwise nothing is sent and the view's
@@ -31,7 +31,7 @@ Ray dashboard. It writes nothing. What it found is:
 - ``NewClusterWithIncrementalUpgrade`` (with the gate on): the Gateway and the HTTPRoute
   (from the cache, when the Gateway API is served), each owned cluster's
   ``<cluster>-serve-svc`` and the pods ready behind it, and the Serve applications of the
-  cluster traffic moves from (:attr:`~controllers.rayservice.plan.Roles.other`: its
+  cluster traffic moves from (:attr:`~controllers.rayservice.snapshot.Roles.other`: its
   ``target_capacity``, read the same way as the target's; nothing is submitted to it
   here).
 """

@@ -23,56 +23,15 @@ cache (never from the API server) or from the Ray dashboard:
   these deadlines in memory).
 
 **One pass** (:meth:`Reconciler.reconcile`) is *observe -> plan -> act*: after the
-lifecycle (below), :func:`controllers.rayservice.observe.observe` reads everything
-the pass decides from into a read-only snapshot, :func:`controllers.rayservice.plan.plan`
-(pure: no client, no cache, no event loop) decides every write, the status and when to
-look again, and :class:`controllers.rayservice.act.Executor` makes the writes in a
-fixed, crash-safe order. What the pass decides:
-
-1. a RayService being deleted: its clusters are deleted, then the finalizer
-   ``ray.io/rayservice-finalizer`` is removed; otherwise the finalizer is added
-   (one write, once). ``spec.managedBy`` naming another controller: skipped;
-2. validation (:mod:`controllers.rayservice.validation`): a RayService that cannot
-   be reconciled gets ``Ready=False``/``ValidationFailed`` with the reasons, one
-   Warning Event, and a :class:`~runtime.reconcile.TerminalError` - no retry until
-   it changes;
-3. ``spec.suspend`` (KubeRay v1.7.0's): the first pass commits ``Suspending``
-   (status only), the next ones delete every cluster and the head and serve Services
-   (``Suspending`` until they are gone, then ``Suspended``), even if ``spec.suspend``
-   turns false meanwhile; resuming re-arms ``Initializing`` and starts over. An
-   ``ray.io/initializing-timeout`` that passed before the service was ever ready is
-   terminal, as in KubeRay v1.7.0:
-   ``Ready=False``/``InitializingTimeout`` stays whatever the spec becomes (delete and
-   recreate the RayService, or suspend and resume it), and its clusters are deleted
-   after the deletion delay;
-4. clusters: the active one keeps serving when its hash matches, when worker groups
-   were only appended (it is updated in place), with ``upgradeStrategy.type: None``,
-   or with no type when the operator runs with ``ENABLE_ZERO_DOWNTIME=false``
-   (:attr:`Options.zero_downtime`); otherwise the pending cluster is found (or updated
-   in place, or created).
-   Clusters no role claims are deleted when their ``delete-after`` is due (stamped
-   ``rayClusterDeletionDelaySeconds`` ahead when they have none); a dropped pending
-   cluster while the active one matches again is a rollback: ``RollbackInProgress``
-   until it is gone);
-5. Serve, on the target (the pending cluster, else the active one), once its head
-   pod is Running and Ready: read the applications; submit the config when the
-   cluster's ``serve-config-hash`` differs or the dashboard has no applications (a
-   restarted head); the head pod's ``ray.io/serve`` label follows its Serve proxy
-   (Serve's own proxy report in the same answer, ``/-/healthz`` when that says
-   nothing or disagrees with the label), written only on change; during an upgrade
-   the active cluster's head label follows its proxy too (one ``/-/healthz`` per
-   poll), as KubeRay v1.7.0 checks both heads;
-6. traffic: when the target's applications are all ``RUNNING``, the services are
-   created or pointed at it (a Service is rewritten only when the cluster it
-   selects changes; an object of our name that we do not control is never
-   touched: it is reported instead) - a pending target becomes active and the old
-   active cluster gets its ``delete-after`` first;
-7. the status (:func:`controllers.rayservice.report.compute`), handed to the
-   status writer (at most one write per pass, none when nothing changed). A pass
-   that has just created or re-pointed the services does not report, nor do the
-   passes after it while the serve service has no endpoint, for up to
-   :data:`ENDPOINTS_GRACE`: the endpoints follow within about a second (their
-   EndpointSlice wakes us), and one write then reports the switch and the endpoints.
+lifecycle (a RayService being deleted loses its clusters, then the finalizer
+``ray.io/rayservice-finalizer``; otherwise the finalizer is added, once; ``spec.managedBy``
+naming another controller is skipped), :func:`controllers.rayservice.observe.observe`
+reads a frozen snapshot, :func:`controllers.rayservice.plan.plan` (pure) decides every
+write, the status and when to look again, and :class:`controllers.rayservice.act.Executor`
+makes the writes in a fixed, crash-safe order. The decisions - validation, suspend, the
+initializing timeout, foreign objects, clusters, Serve, traffic, status - are told once,
+step by step, in docs/architecture.md (2.7b; 2.7c for incremental upgrades, 2.13 walks
+one edit through them). ``ENABLE_ZERO_DOWNTIME=false`` is :attr:`Options.zero_downtime`.
 
 **When it runs again.** Watches (see :func:`controllers.rayservice.setup.setup`) wake it on
 spec changes, on any change to its clusters and services, and on the serve
@@ -136,7 +95,7 @@ class Options:
     zero_downtime: bool = True
     """Roll a changed ``rayClusterConfig`` out on a new cluster when the RayService's
     ``upgradeStrategy.type`` is unset (a set type always decides: KubeRay v1.7.0's
-    precedence, :func:`controllers.rayservice.plan.new_cluster_upgrades`); off, such a
+    precedence, :func:`controllers.rayservice.roles.new_cluster_upgrades`); off, such a
     change is not applied, as with ``upgradeStrategy.type: None``. Default on (the
     operator's ``main`` passes ``$ENABLE_ZERO_DOWNTIME``, :mod:`controllers.environment`)."""
 
