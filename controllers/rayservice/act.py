@@ -176,36 +176,28 @@ class Executor:
 
     async def delete(self, service: Obj, cluster: Obj, why: str) -> None:
         """Delete ``cluster`` (by uid) in the background; an Event when it was there."""
-        meta = cluster["metadata"]
-        try:
-            await self.client.delete(
-                v1.RAYCLUSTERS, meta["namespace"], meta["name"], uid=meta.get("uid"),
-                propagation_policy="Background",
-            )  # fmt: skip
-        except (errors.NotFound, errors.Conflict):
-            return
-        self.recorder.event(
-            service, "Normal", "DeletedRayCluster", f"Deleted RayCluster {meta['name']}: {why}",
-            action="Delete",
-        )  # fmt: skip
+        await self._delete(service, v1.RAYCLUSTERS, "RayCluster", cluster, why)
 
-    async def _delete_service(self, service: Obj, gone: plan_.DeleteService) -> None:
-        meta = gone.svc["metadata"]
+    async def _delete_service(self, service: Obj, gone: plan_.Delete) -> None:
+        await self._delete(service, services.SERVICES, "Service", gone.obj, gone.why)
+
+    async def _delete(self, service: Obj, resource: Any, kind: str, obj: Obj, why: str) -> None:
+        meta = obj["metadata"]
         try:
             await self.client.delete(
-                services.SERVICES, meta["namespace"], meta["name"], uid=meta.get("uid"),
+                resource, meta["namespace"], meta["name"], uid=meta.get("uid"),
                 propagation_policy="Background",
             )  # fmt: skip
         except (errors.NotFound, errors.Conflict):
             return
         self.recorder.event(
-            service, "Normal", "DeletedService", f"Deleted Service {meta['name']}: {gone.why}",
+            service, "Normal", f"Deleted{kind}", f"Deleted {kind} {meta['name']}: {why}",
             action="Delete",
         )  # fmt: skip
 
     async def _cluster(self, service: Obj, op: plan_.ClusterOp) -> None:
         if isinstance(op, plan_.Delete):
-            await self.delete(service, op.cluster, op.why)
+            await self.delete(service, op.obj, op.why)
         elif isinstance(op, plan_.Keep):
             await self._annotate(
                 plan_.Annotate(op.cluster, {clusters.DELETE_AFTER_ANNOTATION: None})

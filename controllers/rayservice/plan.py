@@ -34,7 +34,6 @@ __all__ = [
     "ClusterOp",
     "Create",
     "Delete",
-    "DeleteService",
     "Event",
     "Failure",
     "Keep",
@@ -103,17 +102,10 @@ class Create:
 
 @dataclasses.dataclass(frozen=True)
 class Delete:
-    """Delete ``cluster`` (its uid as a precondition), saying ``why`` in the Event."""
+    """Delete ``obj`` (a cluster, or in a suspend one of the RayService's Services; its
+    uid as a precondition), saying ``why`` in the Event."""
 
-    cluster: Obj
-    why: str
-
-
-@dataclasses.dataclass(frozen=True)
-class DeleteService:
-    """Delete the Service ``svc`` (its uid as a precondition), saying ``why`` in the Event."""
-
-    svc: Obj
+    obj: Obj
     why: str
 
 
@@ -198,7 +190,7 @@ class Plan:
     clusters: tuple[ClusterOp, ...] = ()
     """Cluster writes: the active one's, the pending one's, then the dangling ones'
     (their ``delete-after``, or their deletion)."""
-    delete_services: tuple[DeleteService, ...] = ()
+    delete_services: tuple[Delete, ...] = ()
     """The RayService's own Services to delete (a suspend)."""
     submit: Submit | None = None
     """The Serve config to PUT."""
@@ -405,7 +397,7 @@ def _suspend(
             Delete(c, why) for c in snapshot.owned if not c["metadata"].get("deletionTimestamp")
         ),
         delete_services=tuple(
-            DeleteService(s, why) for s in ours if not s["metadata"].get("deletionTimestamp")
+            Delete(s, why) for s in ours if not s["metadata"].get("deletionTimestamp")
         ),
     )
 
@@ -423,6 +415,16 @@ def _converge(
     served = _serve(snapshot, decided, stepwise=stepwise)
     steps = _incremental(snapshot, decided, served, now, settings) if stepwise else None
     failure = served.failure or (steps.failure if steps is not None else None)
+    stepped: dict[str, Any] = {}
+    wake = held.wake
+    if steps is not None:  # the incremental upgrade's writes
+        stepped = {
+            "capacity": steps.capacity,
+            "capacity_message": steps.capacity_message,
+            "cluster_services": steps.cluster_services,
+            "gateway_points": steps.points,
+        }
+        wake += (steps.wake,) if steps.wake is not None else ()
     serving = dataclasses.replace(
         base,
         events=held.events,
@@ -435,17 +437,8 @@ def _converge(
         ),
         target=_name(decided.target),
         slow_dashboard_factor=settings.slow_dashboard_factor,
+        **stepped,
     )
-    wake = held.wake
-    if steps is not None:
-        serving = dataclasses.replace(
-            serving,
-            capacity=steps.capacity,
-            capacity_message=steps.capacity_message,
-            cluster_services=steps.cluster_services,
-            gateway_points=steps.points,
-        )
-        wake += (steps.wake,) if steps.wake is not None else ()
     moved = _traffic(snapshot, decided, served, steps, failure, now)
     if moved is not None and moved.points:
         # Traffic just moved: the serve service's endpoints follow within about a second
@@ -461,7 +454,8 @@ def _converge(
         )
     if moved is not None:
         serving = dataclasses.replace(serving, delete_after=moved.delete_after)
-    return _report(snapshot, decided, held, served, steps, failure, serving, wake, settings)
+    done = _Pass(snapshot, decided, held, served, steps, failure)
+    return _report(done, serving, wake, settings)
 
 
 def _name(cluster: Obj | None) -> str | None:
@@ -643,22 +637,26 @@ def _traffic(
     return _route(snapshot, target, decided.active, now, serve=steps is None)
 
 
-def _report(
-    snapshot: snapshot_.Snapshot,
-    decided: snapshot_.Roles,
-    held: _Held,
-    served: _Served,
-    steps: _Steps | None,
-    failure: Failure | None,
-    serving: Plan,
-    wake: tuple[float, ...],
-    settings: Settings,
-) -> Plan:
+@dataclasses.dataclass(frozen=True)
+class _Pass:
+    """What the steps of a converging pass decided, for its report."""
+
+    snapshot: snapshot_.Snapshot
+    decided: snapshot_.Roles
+    held: _Held
+    served: _Served
+    steps: _Steps | None
+    failure: Failure | None
+
+
+def _report(done: _Pass, serving: Plan, wake: tuple[float, ...], settings: Settings) -> Plan:
     """The status, and when to look again: the next poll, the next ``delete-after``, the
     initializing deadline."""
+    snapshot, decided, held, served = done.snapshot, done.decided, done.held, done.served
+    failure = done.failure
     now = serving.now
     assert now is not None
-    observed = _observed(snapshot, decided, held, served, steps, failure)
+    observed = _observed(done)
     serving = dataclasses.replace(serving, observed=observed)
     memory = serving.memory
     if memory.moved is not None:
@@ -684,15 +682,12 @@ def _report(
     )
 
 
-def _observed(
-    snapshot: snapshot_.Snapshot,
-    decided: snapshot_.Roles,
-    held: _Held,
-    served: _Served,
-    steps: _Steps | None,
-    failure: Failure | None,
-) -> report.Observed:
+def _observed(done: _Pass) -> report.Observed:
     """What the status reports of the active and the pending (or drained) cluster."""
+    snapshot, decided, held, served, steps = (
+        done.snapshot, done.decided, done.held, done.served, done.steps
+    )  # fmt: skip
+    failure = done.failure
     target = decided.target
     other_view = snapshot.other_serve if steps is not None else None
 

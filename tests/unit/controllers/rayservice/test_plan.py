@@ -132,7 +132,11 @@ def ops(decided: plan.Plan) -> list[tuple[str, str]]:
     out = []
     for op in decided.clusters:
         target = (
-            op.cluster if isinstance(op, plan.Keep | plan.Delete | plan.Annotate) else op.desired
+            op.cluster
+            if isinstance(op, plan.Keep | plan.Annotate)
+            else op.obj
+            if isinstance(op, plan.Delete)
+            else op.desired
         )
         out.append((type(op).__name__, target["metadata"]["name"]))
     return out
@@ -171,7 +175,7 @@ VIEWS: dict[str, Callable[[plan.Plan], object]] = {
     "annotated": lambda p: p.serve_annotation is not None,
     "requeue": lambda p: p.requeue_after(0.0),
     "selectors": lambda p: [pt.desired["spec"]["selector"]["ray.io/cluster"] for pt in p.points],
-    "deleted services": lambda p: [d.svc["metadata"]["name"] for d in p.delete_services],
+    "deleted services": lambda p: [d.obj["metadata"]["name"] for d in p.delete_services],
     "event reasons": lambda p: [e.reason for e in p.events],
 }
 """Keys of :attr:`Case.expect` that are not a plan attribute's path."""
