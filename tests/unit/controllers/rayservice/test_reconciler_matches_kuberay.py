@@ -1,4 +1,4 @@
-"""KubeRay v1.7.0's RayService semantics (issue 22, item 6), pass after pass in the world
+"""KubeRay v1.7.0's RayService semantics, pass after pass in the world
 of :mod:`tests.unit.controllers.rayservice.scenario`: each test names the v1.7.0
 function whose behaviour it shows."""
 
