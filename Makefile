@@ -113,7 +113,7 @@ e2e: $(STAMP) controlplane ray redis peers ## Only the end-to-end suite: the man
 	$(PY) -m pytest tests/e2e
 
 .PHONY: test-unit
-test-unit: $(STAMP) ## Only the fast tiers: unit tests and doctests (no server)
+test-unit: $(STAMP) $(WHEELHOUSE_STAMP) ## Only the fast tiers: unit tests and doctests (no server)
 	$(PY) -m pytest tests/unit runtime controllers api
 
 # `make cluster-up CLUSTER_DIR=/tmp/x` keeps a second one apart; hack/cluster.sh documents the rest.
