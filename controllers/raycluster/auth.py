@@ -53,8 +53,7 @@ import secrets
 from typing import Any
 
 from api import v1
-from controllers.raycluster import env as env_
-from controllers.raycluster import names
+from controllers.raycluster import containerenv, names
 from runtime.client import resources
 
 __all__ = [
@@ -142,18 +141,18 @@ def generated_secret(cluster: v1.RayCluster) -> dict[str, Any] | None:
 def configure_container(cluster: v1.RayCluster, container: dict[str, Any]) -> None:
     """Give ``container`` (in place) the auth env vars, and with Kubernetes token auth the
     token volume's mount; nothing it sets itself is replaced."""
-    env = env_.of(container)
-    if not env_.has(env, AUTH_MODE_ENV):
+    env = containerenv.of(container)
+    if not containerenv.has(env, AUTH_MODE_ENV):
         env.append({"name": AUTH_MODE_ENV, "value": "token"})
     if k8s_enabled(cluster.spec):
-        if not env_.has(env, K8S_TOKEN_AUTH_ENV):
+        if not containerenv.has(env, K8S_TOKEN_AUTH_ENV):
             env.append({"name": K8S_TOKEN_AUTH_ENV, "value": "true"})
         mounts = container.get("volumeMounts")
         if not isinstance(mounts, list):
             mounts = container["volumeMounts"] = []
-        if not env_.has(mounts, TOKEN_VOLUME):
+        if not containerenv.has(mounts, TOKEN_VOLUME):
             mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_PATH, "readOnly": True})
-    elif not env_.has(env, AUTH_TOKEN_ENV):
+    elif not containerenv.has(env, AUTH_TOKEN_ENV):
         ref = {"name": secret_name(cluster), "key": TOKEN_KEY}
         env.append({"name": AUTH_TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}})
 
@@ -170,7 +169,7 @@ def configure_pod(cluster: v1.RayCluster, pod_spec: dict[str, Any]) -> None:
         volumes = pod_spec.get("volumes")
         if not isinstance(volumes, list):
             volumes = pod_spec["volumes"] = []
-        if not env_.has(volumes, TOKEN_VOLUME):
+        if not containerenv.has(volumes, TOKEN_VOLUME):
             projected = {"sources": [{"serviceAccountToken": {"path": "token"}}]}
             volumes.append({"name": TOKEN_VOLUME, "projected": projected})
     for init in pod_spec.get("initContainers") or ():

@@ -42,8 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from api import v1
-from controllers.raycluster import auth, names
-from controllers.raycluster import env as env_
+from controllers.raycluster import auth, containerenv, names
 from runtime.client import resources
 
 __all__ = [
@@ -104,9 +103,9 @@ def sidecar(cluster: v1.RayCluster, ray_image: Any) -> dict[str, Any]:
         "image": ray_image,
         "imagePullPolicy": "IfNotPresent",
         "env": [
-            env_.field("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
-            env_.field("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
-            env_.field("RAY_HEAD_POD_NAME", "metadata.name"),
+            containerenv.field("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
+            containerenv.field("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
+            containerenv.field("RAY_HEAD_POD_NAME", "metadata.name"),
             {"name": "KUBERAY_CRD_VER", "value": "v1"},
             {"name": "KUBERAY_GEN_AUTOSCALER_START_CMD", "value": start},
         ],

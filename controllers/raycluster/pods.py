@@ -119,8 +119,7 @@ from typing import Any
 
 from api import v1
 from controllers.ray import serve
-from controllers.raycluster import auth, autoscaler, names
-from controllers.raycluster import env as env_
+from controllers.raycluster import auth, autoscaler, containerenv, names
 from runtime import quantity
 from runtime.client import resources
 
@@ -208,8 +207,8 @@ class PodDefaults:
                 meta[key] = {**defaults, **(meta.get(key) or {})}
         ray = containers[_RAY]
         for var in self.env:
-            if not env_.has(ray.get("env"), str(var.get("name"))):
-                env_.of(ray).append(copy.deepcopy(dict(var)))
+            if not containerenv.has(ray.get("env"), str(var.get("name"))):
+                containerenv.of(ray).append(copy.deepcopy(dict(var)))
         sidecars = self.head_sidecars if head else self.worker_sidecars
         containers.extend(copy.deepcopy(dict(c)) for c in sidecars)
 
@@ -383,10 +382,10 @@ def head_pod(
         pod_spec["serviceAccountName"] = autoscaler.service_account_name(cluster)
         containers.append(autoscaler.sidecar(cluster, ray.get("image")))
         if autoscaler.is_v2(cluster):
-            env_.of(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "true"})
+            containerenv.of(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "true"})
             pod_spec["restartPolicy"] = "Never"
         elif autoscaler.is_v1(cluster):
-            env_.of(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "false"})
+            containerenv.of(ray).append({"name": "RAY_enable_autoscaler_v2", "value": "false"})
     _fault_tolerance(cluster, HEAD, ray, annotations, params)
     annotations[names.KUBERAY_VERSION_ANNOTATION] = KUBERAY_VERSION
     _ensure_metrics_port(ray)
@@ -567,18 +566,22 @@ def _fault_tolerance(
     if not enabled:
         return
     if node_type == WORKER:
-        if not env_.has(ray.get("env"), "RAY_gcs_rpc_server_reconnect_timeout_s"):
-            env_.of(ray).append({"name": "RAY_gcs_rpc_server_reconnect_timeout_s", "value": "600"})
+        if not containerenv.has(ray.get("env"), "RAY_gcs_rpc_server_reconnect_timeout_s"):
+            containerenv.of(ray).append(
+                {"name": "RAY_gcs_rpc_server_reconnect_timeout_s", "value": "600"}
+            )
         return
     storage = str(cluster.metadata.get("uid") or "")
     storage = str(cluster_annotations.get(names.EXTERNAL_STORAGE_NS_ANNOTATION, storage))
     if options is not None and options.get("externalStorageNamespace"):
         storage = str(options["externalStorageNamespace"])
     annotations[names.EXTERNAL_STORAGE_NS_ANNOTATION] = storage
-    if not env_.has(ray.get("env"), "RAY_external_storage_namespace"):
-        env_.of(ray).append(env_.value("RAY_external_storage_namespace", storage))
+    if not containerenv.has(ray.get("env"), "RAY_external_storage_namespace"):
+        containerenv.of(ray).append(containerenv.value("RAY_external_storage_namespace", storage))
     if options is not None:
-        env_.of(ray).append(env_.value("RAY_REDIS_ADDRESS", str(options.get("redisAddress") or "")))
+        containerenv.of(ray).append(
+            containerenv.value("RAY_REDIS_ADDRESS", str(options.get("redisAddress") or ""))
+        )
         for key, env_name, param in (
             ("redisUsername", "REDIS_USERNAME", "redis-username"),
             ("redisPassword", "REDIS_PASSWORD", "redis-password"),
@@ -587,12 +590,12 @@ def _fault_tolerance(
             if credential is None:
                 continue
             params[param] = f"${env_name}"
-            var = env_.value(env_name, str(credential.get("value") or ""))
+            var = containerenv.value(env_name, str(credential.get("value") or ""))
             if credential.get("valueFrom") is not None:
                 var["valueFrom"] = copy.deepcopy(credential["valueFrom"])
-            env_.of(ray).append(var)
-    elif not env_.has(ray.get("env"), "REDIS_PASSWORD") and "redis-password" in params:
-        env_.of(ray).append(env_.value("REDIS_PASSWORD", params["redis-password"]))
+            containerenv.of(ray).append(var)
+    elif not containerenv.has(ray.get("env"), "REDIS_PASSWORD") and "redis-password" in params:
+        containerenv.of(ray).append(containerenv.value("REDIS_PASSWORD", params["redis-password"]))
 
 
 def _wait_gcs(ray: Mapping[str, Any], fqdn: str, port: str) -> dict[str, Any]:
@@ -677,7 +680,7 @@ def _finish(
 
     for init in spec.get("initContainers") or []:
         if isinstance(init, dict):
-            env_.of(init).extend(
+            containerenv.of(init).extend(
                 [
                     {"name": "FQ_RAY_IP", "value": fqdn},
                     {"name": "RAY_IP", "value": fqdn.split(".")[0]},
@@ -727,7 +730,7 @@ def _memory_of(container: Mapping[str, Any]) -> Any:
 def _ray_env(
     ray: dict[str, Any], node_type: str, *, fqdn: str, port: str, start: str, creator: str
 ) -> None:
-    env = env_.of(ray)
+    env = containerenv.of(ray)
     ip = "127.0.0.1"
     if node_type == WORKER:
         ip = fqdn
@@ -736,30 +739,30 @@ def _ray_env(
             {"name": "RAY_IP", "value": fqdn.split(".")[0]},
         ]
     env += [
-        env_.field("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
-        env_.field("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
-        env_.field("RAY_CLOUD_INSTANCE_ID", "metadata.name"),
-        env_.field("RAY_NODE_TYPE_NAME", f"metadata.labels['{names.GROUP_LABEL}']"),
-        env_.value("KUBERAY_GEN_RAY_START_CMD", start),
+        containerenv.field("RAY_CLUSTER_NAME", f"metadata.labels['{names.CLUSTER_LABEL}']"),
+        containerenv.field("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
+        containerenv.field("RAY_CLOUD_INSTANCE_ID", "metadata.name"),
+        containerenv.field("RAY_NODE_TYPE_NAME", f"metadata.labels['{names.GROUP_LABEL}']"),
+        containerenv.value("KUBERAY_GEN_RAY_START_CMD", start),
     ]
-    if not env_.has(ray.get("env"), "RAY_PORT"):
-        env.append(env_.value("RAY_PORT", port))
+    if not containerenv.has(ray.get("env"), "RAY_PORT"):
+        env.append(containerenv.value("RAY_PORT", port))
     if creator == "RayService":
         for name, value in (
             ("RAY_timeout_ms_task_wait_for_death_info", "0"),
             ("RAY_gcs_server_request_timeout_seconds", "5"),
             ("RAY_SERVE_KV_TIMEOUT_S", "5"),
         ):
-            if not env_.has(ray.get("env"), name):
+            if not containerenv.has(ray.get("env"), name):
                 env.append({"name": name, "value": value})
-    if not env_.has(ray.get("env"), "RAY_ADDRESS"):
+    if not containerenv.has(ray.get("env"), "RAY_ADDRESS"):
         env.append({"name": "RAY_ADDRESS", "value": f"{ip}:{port}"})
-    if not env_.has(ray.get("env"), "RAY_USAGE_STATS_KUBERAY_IN_USE"):
+    if not containerenv.has(ray.get("env"), "RAY_USAGE_STATS_KUBERAY_IN_USE"):
         env.append({"name": "RAY_USAGE_STATS_KUBERAY_IN_USE", "value": "1"})
     if node_type == HEAD:
         tags = f"kuberay_version={KUBERAY_VERSION};kuberay_crd={creator}"
         env.append({"name": "RAY_USAGE_STATS_EXTRA_TAGS", "value": tags})
-    if not env_.has(ray.get("env"), "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE"):
+    if not containerenv.has(ray.get("env"), "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE"):
         env.append({"name": "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "value": "1"})
 
 
