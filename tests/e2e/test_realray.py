@@ -131,6 +131,8 @@ class Kubelet:
         self.stopped: set[str] = set()
         """UIDs of the pods stopped because their pod object was being deleted."""
         self.errors: list[str] = []
+        self._ips: dict[str, str] = {}
+        """Pod UID -> pod IP, of the pods run and not yet stopped."""
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._stops: dict[str, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -195,26 +197,49 @@ class Kubelet:
             if uid in self._runs and uid not in self._stops:
                 self._stops[uid] = asyncio.create_task(self._stop(uid))
             return
-        if uid not in self._runs and (pod.get("status") or {}).get("podIP"):
+        ip = (pod.get("status") or {}).get("podIP")
+        if uid not in self._runs and ip:
+            self._ips[uid] = str(ip)
             self._runs[uid] = asyncio.create_task(self._run(uid, str(metadata["name"])))
+
+    async def _released(self, uid: str, within: float = 120.0) -> None:
+        """Wait until no other pod holds ``uid``'s IP. kwok's pool hands an IP out again as
+        soon as the pod that held it is deleted, while that pod's network may still stand
+        (its route in the pod network would clash: ``RTNETLINK answers: File exists``); a
+        CNI gives an address back only once the sandbox is torn down."""
+        deadline = time.monotonic() + within
+        ip = self._ips[uid]
+        while holders := [u for u, held in self._ips.items() if held == ip and u != uid]:
+            if time.monotonic() > deadline:
+                raise realray.RealRayError(f"{ip} still held by pod(s) {holders} after {within} s")
+            stops = [self._stops[u] for u in holders if u in self._stops]
+            if stops:
+                await asyncio.wait(stops, timeout=max(0.0, deadline - time.monotonic()))
+            else:  # its deletion is not seen yet
+                await asyncio.sleep(0.1)
 
     async def _run(self, uid: str, name: str) -> None:
         try:
+            await self._released(uid)
             real = self.pods[uid] = await asyncio.to_thread(self.real.run, self.namespace, name)
             if real.pod["metadata"].get("labels", {}).get("ray.io/node-type") == "head":
                 # A replaced head: the other pods' hosts files follow it, as cluster DNS.
                 await asyncio.to_thread(self.real.refresh_names)
         except Exception as exc:  # reported by the test (errors), with the pods' tails
+            if uid not in self.pods:  # the harness tore down what it had built
+                self._ips.pop(uid, None)
             self.errors.append(f"running {name}: {exc!r}")
 
     async def _stop(self, uid: str) -> None:
         await asyncio.gather(self._runs[uid], return_exceptions=True)
         real = self.pods.get(uid)
         if real is None:
+            self._ips.pop(uid, None)
             return
         try:
             await asyncio.to_thread(real.stop)
             self.stopped.add(uid)
+            self._ips.pop(uid, None)
         except Exception as exc:
             self.errors.append(f"stopping {real.name}: {exc!r}")
 
