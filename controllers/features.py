@@ -11,7 +11,11 @@ The gates and their defaults are v1.7.0's (``pkg/features/features.go``).
 (``RayServiceIncrementalUpgrade``); :data:`BEHAVES_AS` says what it does whatever the
 other gates say (their features are missing here, or always on); every such gate whose
 value differs is accepted and reported by :meth:`Gates.without_effect`, so the
-caller can say so in one line at start-up.
+caller can say so in one line at start-up, except the gates of :data:`FAIL_CLOSED`: they
+ask for a protection (mTLS between Ray nodes, NetworkPolicies around the clusters) that
+this operator lacks, so turning one on is refused (a ``ValueError`` naming the gate, the
+flag's exit 2) rather than running the clusters unprotected. ``AllAlpha=true`` turns
+them on too: name them ``=false`` beside it.
 
 >>> gates = parse("RayClusterStatusConditions=false,RayCronJob=true")
 >>> gates.enabled("RayClusterStatusConditions"), gates.enabled("RayServiceIncrementalUpgrade")
@@ -22,6 +26,10 @@ caller can say so in one line at start-up.
 Traceback (most recent call last):
 ...
 ValueError: unrecognized feature gate: NoSuchGate
+>>> parse("RayClusterMTLS=true")
+Traceback (most recent call last):
+...
+ValueError: feature gate RayClusterMTLS=true: mTLS between Ray nodes is not implemented ...
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Literal
 
-__all__ = ["BEHAVES_AS", "DEFAULTS", "FOLLOWED", "Gate", "Gates", "parse"]
+__all__ = ["BEHAVES_AS", "DEFAULTS", "FAIL_CLOSED", "FOLLOWED", "Gate", "Gates", "parse"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +79,13 @@ conditions are always written and worker pods always carry the replica labels (w
 multi-host replicas are created and deleted together); RayJobs, RayCronJobs,
 network policies, mTLS, the history server, embedded GCS storage
 and the Kubernetes WAS scheduler are not implemented."""
+
+FAIL_CLOSED: Mapping[str, str] = {
+    "RayClusterMTLS": "mTLS between Ray nodes",
+    "RayClusterNetworkPolicy": "a NetworkPolicy around each RayCluster",
+}
+"""Security gates this operator does not implement -> what they ask for: on, they are
+refused (KubeRay would protect the clusters; running them without would fail open)."""
 
 _ALL = {"AllAlpha": "Alpha", "AllBeta": "Beta"}
 
@@ -122,6 +137,18 @@ def parse(spec: str) -> Gates:
         if group in given:
             values.update({n: given[group] for n, g in DEFAULTS.items() if g.stage == stage})
     values.update({n: v for n, v in given.items() if n in DEFAULTS})
+    for name, protection in FAIL_CLOSED.items():
+        if values[name] and not BEHAVES_AS[name]:
+            groups = [
+                group
+                for group, stage in _ALL.items()
+                if given.get(group) and stage == DEFAULTS[name].stage and name not in given
+            ]
+            by = f" (set by {groups[0]}=true)" if groups else ""
+            raise ValueError(
+                f"feature gate {name}=true{by}: {protection} is not implemented by this "
+                f"operator, and its clusters would run without it; set {name}=false"
+            )
     return Gates(values)
 
 

@@ -22,9 +22,10 @@ def test_go_booleans_spaces_and_empty_entries() -> None:
 
 
 def test_all_alpha_and_all_beta_and_explicit_gates_win_in_any_order() -> None:
-    gates = features.parse("RayCronJob=false,AllAlpha=true,AllBeta=false")
+    security = ",RayClusterMTLS=false,RayClusterNetworkPolicy=false"  # refused on
+    gates = features.parse("RayCronJob=false,AllAlpha=true,AllBeta=false" + security)
     alpha = {n for n, g in features.DEFAULTS.items() if g.stage == "Alpha"}
-    assert {n for n in alpha if gates.enabled(n)} == alpha - {"RayCronJob"}
+    assert {n for n in alpha if gates.enabled(n)} == alpha - {"RayCronJob", *features.FAIL_CLOSED}
     assert not any(gates.enabled(n) for n, g in features.DEFAULTS.items() if g.stage == "Beta")
 
 
@@ -61,4 +62,27 @@ def test_gates_not_followed_are_those_differing_from_what_the_operator_does() ->
         assert features.parse(f"RayServiceIncrementalUpgrade={value}").without_effect() == [
             "RayJobDeletionPolicy=true"
         ]
-    assert features.parse(off + ",RayClusterMTLS=true").without_effect() == ["RayClusterMTLS=true"]
+    assert features.parse(off + ",RayCronJob=true").without_effect() == ["RayCronJob=true"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        ("RayClusterMTLS=true", "RayClusterMTLS=true"),
+        ("RayClusterNetworkPolicy=1", "RayClusterNetworkPolicy=true"),
+        ("AllAlpha=true,RayClusterMTLS=false",
+         "RayClusterNetworkPolicy=true (set by AllAlpha=true)"),
+    ],
+)  # fmt: skip
+def test_a_security_gate_this_operator_lacks_is_refused_not_ignored(spec: str, named: str) -> None:
+    """Turned on, these gates ask for a protection (mTLS between Ray nodes, NetworkPolicies
+    around the clusters); running the clusters without it would fail open."""
+    with pytest.raises(ValueError, match="is not implemented by this operator") as raised:
+        features.parse(spec)
+    assert str(raised.value).startswith(f"feature gate {named}:")
+
+
+def test_security_gates_turned_off_are_accepted() -> None:
+    gates = features.parse("RayClusterMTLS=false,RayClusterNetworkPolicy=false")
+    assert not gates.enabled("RayClusterMTLS")
+    assert set(features.FAIL_CLOSED) == {"RayClusterMTLS", "RayClusterNetworkPolicy"}
