@@ -193,6 +193,8 @@ def parse_version(text: str) -> tuple[int, ...] | None:
     parts = match.group(1).split(".")
     if len(parts) < 2 or (parts[0].startswith("0") and parts[0] != "0"):
         return None
+    if any(len(p) > 20 for p in parts):  # past uint64: ParseUint refuses it
+        return None
     return tuple(int(p) for p in parts)
 
 

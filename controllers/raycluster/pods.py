@@ -805,7 +805,7 @@ def _port_param(params: Mapping[str, str], key: str, default: int) -> int:
     (9999, 1)
     """
     text = str(params.get(key, ""))
-    if re.fullmatch(r"[+-]?[0-9]+", text) is None:
+    if re.fullmatch(r"[+-]?[0-9]{1,10}", text) is None:  # longer is out of int32 anyway
         return default
     port = int(text)
     return port if -(2**31) <= port < 2**31 else default
@@ -826,6 +826,8 @@ def _at_least(version: str | None, minimum: tuple[int, ...]) -> bool:
         return False
     parts = match.group(1).split(".")
     if len(parts[0]) > 1 and parts[0].startswith("0"):
+        return False
+    if any(len(p) > 20 for p in parts):  # past uint64: ParseUint refuses it
         return False
     numbers = tuple(int(p) for p in parts)
     width = max(len(numbers), len(minimum))

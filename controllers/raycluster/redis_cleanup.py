@@ -102,7 +102,12 @@ DELETION_TIMEOUT_ANNOTATION = "ray.io/gcs-ft-deletion-timeout"
 """On a RayCluster: seconds after its deletion began when the finalizer is forced off."""
 
 DEFAULT_DELETION_TIMEOUT = 300.0
-"""Seconds, when the annotation is absent or not a positive whole number."""
+"""Seconds, when the annotation is absent or not a positive whole number that Go's
+``strconv.Atoi`` reads (an optional sign and at most 19 ASCII digits, within int64)."""
+
+MAX_DELETION_TIMEOUT = 365 * 86400.0
+"""Seconds: a longer timeout (up to int64's) is clamped to a year, so that the wait is
+a number every timer and date takes."""
 
 CACHE_SELECTOR = f"{names.CREATED_BY_LABEL}={names.CREATED_BY}"
 """The Jobs the manager's cache holds (KubeRay v1.7.0's Job informer filter)."""
@@ -121,7 +126,7 @@ RESOURCES = {
 
 _ACTIVE_DEADLINE = 300
 _LABEL_MAX = 63
-_SECONDS = re.compile(r"[+-]?[0-9]+")
+_SECONDS = re.compile(r"[+-]?[0-9]{1,19}")
 _BASH = ["/bin/bash", "-c", "--"]
 _ROCKSDB = "rocksdb"
 
@@ -298,9 +303,13 @@ def deletion_timeout(cluster: Mapping[str, Any]) -> float:
     20.0
     >>> deletion_timeout({"metadata": {"annotations": {DELETION_TIMEOUT_ANNOTATION: "-1"}}})
     300.0
+    >>> deletion_timeout({"metadata": {"annotations": {DELETION_TIMEOUT_ANNOTATION: "9" * 400}}})
+    300.0
     """
     text = ((cluster.get("metadata") or {}).get("annotations") or {}).get(
         DELETION_TIMEOUT_ANNOTATION
     )
     seconds = int(text) if isinstance(text, str) and _SECONDS.fullmatch(text) else 0
-    return float(seconds) if seconds > 0 else DEFAULT_DELETION_TIMEOUT
+    if not 0 < seconds < 2**63:  # Atoi refuses what int64 does not hold
+        return DEFAULT_DELETION_TIMEOUT
+    return min(float(seconds), MAX_DELETION_TIMEOUT)
