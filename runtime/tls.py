@@ -3,7 +3,7 @@ certificate files that are reloaded when they change on disk (rotation).
 
 Generation uses the ``openssl`` command (OpenSSL 1.1.1 or newer: ``-addext``), so the
 framework needs no cryptography library; :class:`TLSError` says so when it is missing.
-Keys are ECDSA P-256.
+Keys made here are ECDSA P-256; :class:`Reloader` serves pairs of any key type.
 
 - :func:`new_ca` writes ``ca.crt`` and ``ca.key`` (a CA certificate: ``CA:TRUE``,
   ``keyCertSign``) into a directory.
@@ -22,6 +22,23 @@ Keys are ECDSA P-256.
   rotated pair, a missing file) leaves the previous one in use and is retried at the
   next poll. This works for files replaced in place, by rename, or by the symlink swap
   of a Kubernetes Secret volume (contents are compared, not modification times).
+
+  **Only the newest pair is ever served**, whatever its key type and whatever the
+  client offers. An OpenSSL context holds one certificate per key type, so loading each
+  rotated pair into the live context would keep the previous pair of the other type:
+  after an RSA -> ECDSA rotation a client offering only RSA (or RSA-PSS) signature
+  algorithms, or only ``ECDHE-RSA`` suites, would still be served the old RSA
+  certificate. Each pair that loads is therefore loaded into a **fresh** context, and
+  the context handed to the server (:attr:`Reloader.context`, which a server such as
+  asyncio's takes once, at start) holds no certificate of its own: its
+  ``sni_callback``, which OpenSSL calls in every handshake (with a server name or
+  without), switches the connection to the newest context. The switch is one
+  attribute read, so a rotation is atomic for every handshake: old pair or new pair,
+  never a mixture. The protocol versions (TLS 1.2 and newer) and cipher suites are
+  the outer context's, the certificate and key the newest inner one's. Both servers that
+  serve certificate files, the manager's secure ``/metrics`` (:mod:`runtime.manager`)
+  and the webhook server (:mod:`runtime.webhook.server`), listen with
+  :attr:`Reloader.context`.
 
 >>> import tempfile, pathlib
 >>> with tempfile.TemporaryDirectory() as d:
@@ -49,6 +66,13 @@ import structlog
 __all__ = ["CA", "Pair", "Reloader", "TLSError", "issue", "new_ca", "openssl", "self_signed"]
 
 _EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def _server_context() -> ssl.SSLContext:
+    """A server context accepting TLS 1.2 and newer (Python's default suites)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 class TLSError(RuntimeError):
@@ -178,22 +202,34 @@ def self_signed(
 class Reloader:
     """A server :class:`ssl.SSLContext` that follows its certificate files (module docstring).
 
-    Reloading loads the new pair into the **same** context (new handshakes use it), so
-    hand :attr:`context` to the server once. Keep the key type (ECDSA or RSA) across
-    rotations: OpenSSL keeps one pair per key type in a context.
+    Hand :attr:`context` to the server once: it stays the same object across rotations,
+    while each pair that loads goes into a fresh context (:attr:`current`) which
+    :attr:`context`'s ``sni_callback`` puts on every new connection. Any key type, and
+    changes of key type, rotate cleanly.
     """
 
     def __init__(self, cert: pathlib.Path, key: pathlib.Path) -> None:
         self.cert = pathlib.Path(cert)
         self.key = pathlib.Path(key)
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.context = _server_context()
+        """What the server listens with: no certificate of its own, its ``sni_callback``
+        switching each handshake to :attr:`current`."""
+        self.current = self.context
+        """The context holding the newest pair that loaded (a new object per rotation)."""
         self._loaded: tuple[bytes, bytes] | None = None
         self.reloads = 0
         """How many times a changed pair was loaded after the first."""
         self.log = structlog.get_logger("runtime.tls").bind(cert=str(self.cert))
         if not self.reload():
             raise TLSError(f"cannot load the certificate {self.cert} and key {self.key}")
+        self.context.sni_callback = self._switch
+
+    def _switch(
+        self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
+        context: ssl.SSLContext,
+    ) -> None:  # fmt: skip
+        """In a handshake (OpenSSL's servername callback): present the newest pair."""
+        connection.context = self.current
 
     def reload(self) -> bool:
         """Load the files if their contents changed; False if they do not load (the
@@ -206,21 +242,22 @@ class Reloader:
             return False
         if current == self._loaded:
             return True
-        # Load the bytes just read, from private copies: the files may change again
-        # meanwhile, and a pair that fails halfway into the live context could leave it
-        # with a certificate and no key. So a scratch context must load it first.
+        # Load the bytes just read, from private copies (the files may change again
+        # meanwhile), into a fresh context: a pair that fails halfway never reaches a
+        # handshake, and no older pair of another key type lingers beside the new one.
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 cert, key = pathlib.Path(tmp, "tls.crt"), pathlib.Path(tmp, "tls.key")
                 cert.write_bytes(current[0])
                 key.touch(mode=0o600)
                 key.write_bytes(current[1])
-                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
-                self.context.load_cert_chain(cert, key)
+                fresh = _server_context()
+                fresh.load_cert_chain(cert, key)
         except (ssl.SSLError, OSError) as exc:
             self.log.warning("certificate pair does not load; keeping the loaded one",
                              error=str(exc))  # fmt: skip
             return False
+        self.current = fresh  # one assignment: each handshake sees the old or the new
         if self._loaded is not None:
             self.reloads += 1
             self.log.info("certificate reloaded")
