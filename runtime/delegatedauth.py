@@ -16,11 +16,42 @@ manager's ``/metrics`` (and kube-rbac-proxy for any endpoint), as an aiohttp mid
 3. A review that cannot be made (the API server unreachable, an error answer, no answer
    within ``Options.review_timeout``, an answer that is not a review): **500**, never an
    allow, and the error is logged. Only then is the request handed to the handler.
+4. A review that is not even sent because ``Options.max_reviews_in_flight`` reviews are
+   already waiting for their answers: **429** ``Too many requests`` with
+   ``Retry-After: 1``, at once (nothing queues behind a flood).
 
 Where this differs from controller-runtime: a token the TokenReview rejects is a 401
 here, as kube-apiserver and kube-rbac-proxy answer it (controller-runtime answers 500,
 because its bearer-token layer turns a rejected token into an error); a failed review
 call is a 500 in both.
+
+**A flood costs a bounded budget, never the controllers'.** Every bearer token this
+process has not seen costs a TokenReview, so anyone who can reach the port can make it
+send reviews: 1,000 junk tokens are 1,000 reviews. Three bounds keep that from reaching
+the reconcilers and the API server:
+
+- the reviews go through a client of their own (:class:`runtime.manager.Manager` makes
+  one on its client's credentials: its own connections and its own token bucket,
+  ``Options.review_qps`` and ``review_burst``, 10 a second with bursts of 20), never the
+  manager's client, so a flood never spends the controllers' client-side rate limit nor
+  waits in its queue (controller-runtime's authentication filter has its own client
+  too);
+- at most ``Options.max_reviews_in_flight`` (16) reviews wait for an answer at once;
+  past that a request needing a review is answered 429 at once, while requests whose
+  answers are cached are served as usual. Sixteen is far more than scrapers ever need at
+  one moment (each needs one TokenReview and one SubjectAccessReview per token a
+  minute, by the caches below: a Prometheus pair and a few people with ``kubectl`` start
+  a handful together), and no more than ``review_burst``: with the bucket emptied by a
+  flood, an admitted review waits at most 16 / 10 = 1.6 s for its turn, well within
+  ``review_timeout``, so no admitted review times out in the queue. Refusals are logged
+  as one warning a minute at most, with how many there were;
+- rejected tokens are cached apart from accepted ones, so a flood of junk tokens cannot
+  push a scraper's authenticated token out of the cache and make it ask again.
+
+**Nothing a review answers is logged.** A TokenReview's answer (and an API error's
+message) may echo the token it was sent. A failed review is logged by its kind and the
+error's type (an API error's by its HTTP status), never by its text nor the answer's,
+and the original exception is not chained to it.
 
 **Caching.** Reviews are remembered so a scraper does not cost two API calls per scrape:
 keyed by the SHA-256 of the token (the token itself is never kept nor logged) and by
@@ -38,9 +69,10 @@ access denied               30 s        30 s (``DenyCacheTTL``)
 An allow is kept 60 s rather than 5 min so that a removed RoleBinding (or a deleted
 ServiceAccount, whose tokens the API server then rejects) takes effect within a minute;
 at one scrape every 15 s that is still one review of each kind a minute per scraper.
-Failed reviews are never cached. Each cache holds at most ``Options.max_entries``
-answers, dropping the oldest first (a flood of distinct bad tokens costs one
-TokenReview each, and no memory beyond that bound).
+Failed reviews (and 429s) are never cached. Each of the three caches (authenticated
+tokens, rejected tokens, access answers) holds at most ``Options.max_entries`` answers,
+dropping the oldest first (a flood of distinct bad tokens costs one TokenReview each,
+within the bounds above, and no memory beyond that bound).
 
 The reviews are created through anything with the client's ``request`` method
 (:class:`Requester`; :class:`runtime.client.client.Client` is one); the identity that
@@ -63,10 +95,17 @@ from aiohttp import web
 
 from runtime import clock as clock_
 
-__all__ = ["DelegatedAuth", "Options", "Requester", "ReviewFailed", "User"]
+__all__ = ["DelegatedAuth", "Options", "Requester", "ReviewFailed", "TooManyReviews", "User"]
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+RETRY_AFTER = 1
+"""Seconds a 429 asks the caller to wait (``Retry-After``): about how long the reviews in
+flight take to answer or time out at the default budget."""
+
+_REFUSALS_LOG_INTERVAL = 60.0
+"""Seconds between two warnings about refused reviews."""
 
 _log = structlog.get_logger("runtime.delegatedauth")
 
@@ -80,12 +119,17 @@ class Requester(Protocol):
 
 
 class ReviewFailed(Exception):
-    """A TokenReview or SubjectAccessReview could not be made or gave no usable answer."""
+    """A TokenReview or SubjectAccessReview could not be made or gave no usable answer.
+    The message names the review's kind and the error's type, nothing of any answer."""
+
+
+class TooManyReviews(ReviewFailed):
+    """The review was not sent: ``Options.max_reviews_in_flight`` are waiting already."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Options:
-    """Review timeouts and cache lifetimes. Every field states its default."""
+    """Review timeouts, budget and cache lifetimes. Every field states its default."""
 
     review_timeout: float = 10.0
     """Seconds one review may take (controller-runtime's ``TokenAccessReviewTimeout``).
@@ -104,11 +148,24 @@ class Options:
     """Seconds a refused (user, verb, path) is remembered. Default 30 s."""
 
     max_entries: int = 1024
-    """Answers each of the two caches holds at most (oldest dropped first). Default 1024."""
+    """Answers each of the three caches holds at most (oldest dropped first). Default 1024."""
+
+    max_reviews_in_flight: int = 16
+    """Reviews (of both kinds) waiting for their answers at most; a request needing one
+    more is answered 429 (see the module docstring for why 16). Default 16."""
+
+    review_qps: float = 10.0
+    """Reviews per second of the client they go through, its own (made by
+    :class:`runtime.manager.Manager`: not the manager's client). Default 10."""
+
+    review_burst: int = 20
+    """The burst of that client's token bucket. Default 20."""
 
     def __post_init__(self) -> None:
         if self.review_timeout <= 0 or self.max_entries < 1:
             raise ValueError("review_timeout must be > 0 and max_entries >= 1")
+        if self.max_reviews_in_flight < 1 or self.review_qps <= 0 or self.review_burst < 1:
+            raise ValueError("max_reviews_in_flight and review_burst must be >= 1, review_qps > 0")
         ttls = (self.authenticated_ttl, self.rejected_ttl, self.allowed_ttl, self.denied_ttl)
         if min(ttls) < 0:
             raise ValueError("cache lifetimes must be >= 0 (0: not cached)")
@@ -172,7 +229,8 @@ class _TTLCache(Generic[_K, _V]):
 
 
 class DelegatedAuth:
-    """Token and access reviews through ``requester``, cached (see the module docstring)."""
+    """Token and access reviews through ``requester``, cached and capped in flight (see
+    the module docstring); ``requester`` is the reviews' own client."""
 
     def __init__(
         self,
@@ -183,25 +241,55 @@ class DelegatedAuth:
     ) -> None:
         self.options = options or Options()
         self._requester = requester
-        clock = clock or clock_.RealClock()
-        self._tokens: _TTLCache[bytes, User | None] = _TTLCache(self.options.max_entries, clock)
-        self._access: _TTLCache[tuple[User, str, str], bool] = _TTLCache(
-            self.options.max_entries, clock
-        )
+        self._clock = clock = clock or clock_.RealClock()
+        size = self.options.max_entries
+        self._tokens: _TTLCache[bytes, User] = _TTLCache(size, clock)
+        self._rejected: _TTLCache[bytes, bool] = _TTLCache(size, clock)
+        self._access: _TTLCache[tuple[User, str, str], bool] = _TTLCache(size, clock)
+        self.in_flight = 0
+        """Reviews sent and not answered yet."""
+        self._refused = 0
+        self._next_refusal_log = 0.0
 
     async def _review(self, path: str, body: dict[str, Any]) -> Mapping[str, Any]:
+        kind = body["kind"]
+        cap = self.options.max_reviews_in_flight
+        if self.in_flight >= cap:
+            self._note_refusal()
+            raise TooManyReviews(f"{kind} not sent: {cap} reviews in flight already")
         timeout = self.options.review_timeout
+        self.in_flight += 1
+        # Whatever went wrong, it is no answer: never an allow. The message says what may
+        # be logged of it (never an answer, which may echo the token), and the original
+        # exception is not chained for the same reason.
         try:
             async with asyncio.timeout(timeout):
                 answer = await self._requester.request(
                     "POST", path, body=body, request_timeout=timeout
                 )
-        except Exception as exc:  # whatever went wrong, it is no answer: never an allow
-            raise ReviewFailed(f"{body['kind']} failed: {exc!r}") from exc
+        except TimeoutError:
+            raise ReviewFailed(f"{kind} failed: no answer within {timeout} s") from None
+        except Exception as exc:
+            raise ReviewFailed(f"{kind} failed: {_described(exc)}") from None
+        finally:
+            self.in_flight -= 1
         status = answer.get("status") if isinstance(answer, Mapping) else None
         if not isinstance(status, Mapping):
-            raise ReviewFailed(f"{body['kind']} answered without a status: {answer!r:.200}")
+            what = type(answer).__name__
+            raise ReviewFailed(f"{kind} answered without a status (a {what})")
         return status
+
+    def _note_refusal(self) -> None:
+        """Count a refused review; warn about them at most once a minute."""
+        self._refused += 1
+        now = self._clock.now()
+        if now >= self._next_refusal_log:
+            _log.warning(
+                "reviews refused (429): too many in flight", refused=self._refused,
+                max_reviews_in_flight=self.options.max_reviews_in_flight,
+            )  # fmt: skip
+            self._refused = 0
+            self._next_refusal_log = now + _REFUSALS_LOG_INTERVAL
 
     async def authenticate(self, token: str) -> User | None:
         """The user ``token`` belongs to, or None if the API server does not accept it.
@@ -210,6 +298,8 @@ class DelegatedAuth:
         cached, user = self._tokens.get(key)
         if cached:
             return user
+        if self._rejected.get(key)[0]:
+            return None
         status = await self._review(
             TOKEN_REVIEWS,
             {
@@ -221,10 +311,9 @@ class DelegatedAuth:
         if status.get("authenticated") is True and isinstance(status.get("user"), Mapping):
             user = User.from_review(status["user"])
             self._tokens.put(key, user, self.options.authenticated_ttl)
-        else:
-            user = None
-            self._tokens.put(key, None, self.options.rejected_ttl)
-        return user
+            return user
+        self._rejected.put(key, True, self.options.rejected_ttl)
+        return None
 
     async def authorize(self, user: User, verb: str, path: str) -> bool:
         """Whether ``user`` may ``verb`` the non-resource URL ``path``. Raises
@@ -265,6 +354,8 @@ class DelegatedAuth:
             return _unauthorized()
         try:
             user = await self.authenticate(token)
+        except TooManyReviews:
+            return _too_many()
         except ReviewFailed as exc:
             _log.error("authentication failed", path=request.path, error=str(exc))
             return web.Response(status=500, text="Authentication failed\n")
@@ -274,6 +365,8 @@ class DelegatedAuth:
         verb = request.method.lower()
         try:
             allowed = await self.authorize(user, verb, request.path)
+        except TooManyReviews:
+            return _too_many()
         except ReviewFailed as exc:
             _log.error("authorization failed", user=user.name, path=request.path, error=str(exc))
             return web.Response(status=500, text=f"Authorization for user {user.name} failed\n")
@@ -289,6 +382,28 @@ def _bearer_token(header: str) -> str:
     if scheme.lower() != "bearer":
         return ""
     return token.strip()
+
+
+def _described(error: BaseException) -> str:
+    """What may be logged of a failed review call: the error's type, and an API error's
+    HTTP status; never its message, which may quote the answer (and the token).
+
+    >>> _described(ConnectionRefusedError(111, "Connection refused"))
+    'ConnectionRefusedError'
+    >>> from runtime.client import errors
+    >>> _described(errors.from_status(400, {"message": "bad token eyJhbGciOi..."}))
+    'BadRequest (HTTP 400)'
+    """
+    status = getattr(error, "status", None)
+    if isinstance(status, int) and not isinstance(status, bool):
+        return f"{type(error).__name__} (HTTP {status})"
+    return type(error).__name__
+
+
+def _too_many() -> web.Response:
+    return web.Response(
+        status=429, text="Too many requests\n", headers={"Retry-After": str(RETRY_AFTER)}
+    )
 
 
 def _unauthorized() -> web.Response:

@@ -15,8 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import test_utils, web
+from structlog import testing as log_testing
 
 from runtime import delegatedauth, manager, tls
+from runtime.client import errors as client_errors
 from runtime.testing import clock as fake_clock
 from runtime.testing import fake
 from tests.unit import helpers
@@ -259,11 +261,11 @@ async def test_a_rejected_token_is_remembered_too(
 async def test_the_caches_are_bounded_and_keep_no_token(served: Served) -> None:
     for i in range(5):
         await served.get(f"bad-{i}")
-    assert len(served.auth._tokens) == 3
+    assert len(served.auth._rejected) == 3
     assert len(served.api.calls) == 5
     await served.get("bad-0")  # dropped as the oldest: reviewed again
     assert len(served.api.calls) == 6
-    kept = repr(served.auth._tokens._items)
+    kept = repr([served.auth._rejected._items, served.auth._tokens._items])
     assert "bad-" not in kept
 
 
@@ -272,6 +274,9 @@ def test_options_refuse_nonsense() -> None:
         delegatedauth.Options(review_timeout=0)
     with pytest.raises(ValueError, match="lifetimes"):
         delegatedauth.Options(denied_ttl=-1)
+    for nonsense in ({"max_reviews_in_flight": 0}, {"review_qps": 0}, {"review_burst": 0}):
+        with pytest.raises(ValueError, match="max_reviews_in_flight"):
+            delegatedauth.Options(**nonsense)
 
 
 def test_certificates_need_secure_metrics() -> None:
@@ -415,3 +420,72 @@ async def test_a_rotated_certificate_directory_is_served_without_a_restart(
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+
+
+async def test_reviews_past_the_cap_in_flight_are_429_and_cached_answers_still_served(
+    clock: fake_clock.FakeClock,
+) -> None:
+    api = FakeApiServer()
+    auth = delegatedauth.DelegatedAuth(
+        api, delegatedauth.Options(review_timeout=0.5, max_reviews_in_flight=2), clock=clock
+    )
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text="the metrics\n")
+
+    app = web.Application(middlewares=[auth.middleware])
+    app.router.add_get("/metrics", metrics)
+    async with test_utils.TestClient(test_utils.TestServer(app, host="127.0.0.1")) as client:
+        s = Served(api, auth, client)
+        assert (await s.get("alice-token"))[0] == 200  # cached before the flood
+        api.hang = True
+        stuck = [asyncio.create_task(s.get(f"junk-{i}")) for i in range(2)]
+        await helpers.eventually(lambda: len(api.calls) == 4, what="two reviews in flight")
+        for i in range(5):  # past the cap: answered at once, nothing sent
+            status, text, headers = await s.get(f"more-junk-{i}")
+            assert (status, text, headers["Retry-After"]) == (429, "Too many requests\n", "1")
+        assert len(api.calls) == 4
+        assert (await s.get("alice-token"))[0] == 200  # cached: needs no review
+        assert [(await t)[0] for t in stuck] == [500, 500]  # the review timeout
+        api.hang = False
+        assert (await s.get("more-junk-0"))[0] == 401  # the slots are free again
+        assert len(api.calls) == 5
+
+
+async def test_a_flood_of_rejected_tokens_does_not_evict_an_authenticated_one(
+    served: Served,
+) -> None:
+    assert (await served.get("alice-token"))[0] == 200
+    for i in range(10):  # max_entries=3: ten rejected tokens, each reviewed once
+        assert (await served.get(f"junk-{i}"))[0] == 401
+    assert (await served.get("alice-token"))[0] == 200
+    assert served.api.paths().count(delegatedauth.TOKEN_REVIEWS) == 11
+
+
+@pytest.mark.parametrize("echo", ["no-status", "error-answer", "not-a-mapping", "client-error"])
+async def test_a_failed_review_is_logged_without_anything_that_can_echo_the_token(
+    served: Served, echo: str
+) -> None:
+    token = "eyJhbGciOiJSUzI1NiJ9.c2VjcmV0LXRva2VuLXRoYXQtbXVzdC1ub3QtbGVhaw.c2ln"
+
+    async def echoing(method: str, path: str, *, body: Any = None, **_: Any) -> Any:
+        if echo == "no-status":  # the review sent back, status missing
+            return {**body, "metadata": {}}
+        if echo == "not-a-mapping":
+            return [body["spec"]["token"]]
+        if echo == "error-answer":
+            raise client_errors.from_status(
+                400, {"reason": "BadRequest", "message": f"bad token {body['spec']['token']}"}
+            )
+        raise ValueError(f"cannot decode {body['spec']['token'][:20]}")
+
+    served.api.request = echoing  # type: ignore[method-assign]
+    with log_testing.capture_logs() as logs:
+        status, text, _ = await served.get(token)
+    assert (status, text) == (500, "Authentication failed\n")
+    [event] = [e for e in logs if e["event"] == "authentication failed"]
+    assert event["log_level"] == "error"
+    everything = repr(logs)
+    for piece in (token, token[:20], token.split(".")[1][:12]):
+        assert piece not in everything
+    assert "TokenReview" in event["error"]
