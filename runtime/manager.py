@@ -15,7 +15,8 @@ default for controllers) runs only on the elected leader.
 
 1. HTTP servers: metrics (``/metrics``: the framework registry; with
    ``metrics_secure``, over HTTPS and only to callers the API server authenticates
-   and authorizes, see :mod:`runtime.delegatedauth`) and probes (``/healthz``,
+   and authorizes, see :mod:`runtime.delegatedauth`, through reviews sent by a client
+   of their own, :attr:`Manager.review_client`) and probes (``/healthz``,
    ``/readyz``; named checks, ``?verbose`` lists them); then the runnables whose
    ``start_before_caches`` attribute is true, which need no leader election: the
    webhook server (:attr:`Manager.webhook_server`, made on first use with
@@ -182,8 +183,11 @@ class Options:
     ``metrics_cert_dir`` (e.g. one that reloads rotated certificate files). Default ``None``."""
 
     metrics_auth: delegatedauth.Options = dataclasses.field(default_factory=delegatedauth.Options)
-    """With ``metrics_secure``: review timeout and how long answers are cached. Default
-    :class:`runtime.delegatedauth.Options` (60 s for tokens and allows, 30 s for denials)."""
+    """With ``metrics_secure``: review timeout, how long answers are cached, how many
+    reviews may be in flight (past that: 429) and the budget of the reviews' own client
+    (:attr:`Manager.review_client`). Default :class:`runtime.delegatedauth.Options` (60 s
+    for tokens and allows, 30 s for denials; 16 in flight; 10 reviews a second, bursts of
+    20)."""
 
     health_probe_bind_address: str = ":8081"
     """``host:port`` for ``/healthz`` and ``/readyz``; ``"0"`` disables. Default ``:8081``."""
@@ -306,6 +310,9 @@ class Manager:
         """Where ``/metrics`` is served, once started (the real port if 0 was asked)."""
         self.probe_address: tuple[str, int] | None = None
         self._webhook_server: webhook_.Server | None = None
+        self.review_client: client_.Client | None = None
+        """With ``metrics_secure``, once started: the client the TokenReviews and
+        SubjectAccessReviews of ``/metrics`` go through (:meth:`_review_client`)."""
         self.log = structlog.get_logger("runtime.manager")
 
     # -- registration --------------------------------------------------------------------------
@@ -482,6 +489,8 @@ class Manager:
         for runner in reversed(self._sites):
             await runner.cleanup()
         self._sites.clear()
+        if self.review_client is not None and self.review_client is not self.client:
+            await self.review_client.close()
         for scratch in self._scratch:
             scratch.cleanup()
         self._scratch.clear()
@@ -538,7 +547,8 @@ class Manager:
             app = web.Application()
             if self.options.metrics_secure:
                 tls = await self._metrics_tls()
-                auth = delegatedauth.DelegatedAuth(self.client, self.options.metrics_auth)
+                self.review_client = self._review_client()
+                auth = delegatedauth.DelegatedAuth(self.review_client, self.options.metrics_auth)
                 app.middlewares.append(auth.middleware)
             app.router.add_get("/metrics", self._serve_metrics)
             self.metrics_address = await self._serve(app, metrics_at, tls)
@@ -548,6 +558,19 @@ class Manager:
             app.router.add_get("/healthz", self._serve_healthz)
             app.router.add_get("/readyz", self._serve_readyz)
             self.probe_address = await self._serve(app, probes_at)
+
+    def _review_client(self) -> client_.Client:
+        """The secure metrics' reviews' client: the manager's credentials, options and
+        kinds, but its own connections and token bucket (``metrics_auth.review_qps`` and
+        ``review_burst``), so that reviews a flood of tokens costs never take the
+        controllers' rate limit nor queue before their requests. A stand-in that is not a
+        :class:`runtime.client.Client` (a fake) answers the reviews itself."""
+        client = self.client
+        if not isinstance(client, client_.Client):
+            return client
+        auth = self.options.metrics_auth
+        options = dataclasses.replace(client.options, qps=auth.review_qps, burst=auth.review_burst)
+        return client_.Client(client.configuration, options=options, registry=client.registry)
 
     async def _metrics_tls(self) -> ssl.SSLContext:
         """The metrics server's TLS context: ``metrics_ssl_context`` as given; else the

@@ -6,11 +6,14 @@ over HTTPS on loopback with a certificate signed by the control plane's CA. Call
 present bound tokens from the TokenRequest API: "reader" is bound to a ClusterRole
 granting ``get`` on the non-resource URL ``/metrics`` (kubebuilder's metrics-reader),
 "stranger" to nothing. The reviews are the API server's, so RBAC decides, not a fake.
+A flood of junk tokens is answered within the reviews' own budget: past the cap in
+flight with 429, and without slowing the manager's own client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
 import ssl
 import subprocess
@@ -20,6 +23,7 @@ import aiohttp
 import pytest
 from prometheus_client import parser
 
+from runtime import delegatedauth
 from runtime import manager as manager_
 from runtime.client import client as client_
 from runtime.testing import controlplane
@@ -96,20 +100,22 @@ def accounts(control_plane: controlplane.ControlPlane, namespace: str) -> Iterat
         control_plane.request("DELETE", f"{RBAC}/clusterroles/{name}")
 
 
-@pytest.fixture
-async def secure_manager(
-    control_plane: controlplane.ControlPlane, namespace: str, accounts: None,
-    tmp_path: pathlib.Path,
+@contextlib.asynccontextmanager
+async def serving(
+    control_plane: controlplane.ControlPlane, namespace: str, certs: pathlib.Path,
+    client_options: client_.Options | None = None,
+    auth: delegatedauth.Options | None = None,
 ) -> AsyncIterator[manager_.Manager]:  # fmt: skip
+    """A manager as the "operator" ServiceAccount serving secure metrics, until exit."""
     assert control_plane.dir is not None
-    serving_certificate(control_plane.dir / "certs", tmp_path)
+    serving_certificate(control_plane.dir / "certs", certs)
     client = await client_.Client.from_kubeconfig(
-        control_plane.service_account_kubeconfig(namespace, "operator")
+        control_plane.service_account_kubeconfig(namespace, "operator"), options=client_options
     )
     mgr = manager_.Manager(client, manager_.Options(
         name="metrics-test", namespace=namespace, metrics_bind_address="127.0.0.1:0",
-        health_probe_bind_address="0",
-        metrics_secure=True, metrics_cert_dir=str(tmp_path), graceful_shutdown_timeout=5.0,
+        health_probe_bind_address="0", metrics_auth=auth or delegatedauth.Options(),
+        metrics_secure=True, metrics_cert_dir=str(certs), graceful_shutdown_timeout=5.0,
     ))  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.start(stop))
@@ -125,12 +131,28 @@ async def secure_manager(
         await client.close()
 
 
+@pytest.fixture
+async def secure_manager(
+    control_plane: controlplane.ControlPlane, namespace: str, accounts: None,
+    tmp_path: pathlib.Path,
+) -> AsyncIterator[manager_.Manager]:  # fmt: skip
+    async with serving(control_plane, namespace, tmp_path) as mgr:
+        yield mgr
+
+
 def trusting(control_plane: controlplane.ControlPlane) -> ssl.SSLContext:
     assert control_plane.dir is not None
     return ssl.create_default_context(cafile=str(control_plane.dir / "certs" / "ca.crt"))
 
 
 async def scrape(mgr: manager_.Manager, tls: ssl.SSLContext, token: str | None) -> tuple[int, str]:
+    status, text, _ = await scrape_with_headers(mgr, tls, token)
+    return status, text
+
+
+async def scrape_with_headers(
+    mgr: manager_.Manager, tls: ssl.SSLContext, token: str | None
+) -> tuple[int, str, dict[str, str]]:
     assert mgr.metrics_address is not None
     host, port = mgr.metrics_address
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
@@ -138,7 +160,7 @@ async def scrape(mgr: manager_.Manager, tls: ssl.SSLContext, token: str | None) 
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session,
         session.get(f"https://{host}:{port}/metrics", headers=headers, ssl=tls) as response,
     ):
-        return response.status, await response.text()
+        return response.status, await response.text(), dict(response.headers)
 
 
 def reviews(control_plane: controlplane.ControlPlane) -> tuple[float, float]:
@@ -199,3 +221,40 @@ async def test_plain_http_is_refused_and_so_is_an_untrusted_certificate(
         with pytest.raises(aiohttp.ClientConnectorCertificateError):
             async with session.get(f"https://{host}:{port}/metrics") as response:
                 await response.read()
+
+
+async def test_a_flood_of_junk_tokens_gets_429s_past_the_cap_and_spares_the_managers_client(
+    control_plane: controlplane.ControlPlane, namespace: str, accounts: None,
+    tmp_path: pathlib.Path,
+) -> None:  # fmt: skip
+    """The manager's client may make one request a second (burst 2); 60 junk tokens at
+    once are reviewed by the reviews' own client, at most 4 at a time: the others are
+    429s, and a request of the manager's own client meanwhile is not delayed."""
+    slow = client_.Options(qps=1, burst=2)
+    auth = delegatedauth.Options(max_reviews_in_flight=4, review_qps=20, review_burst=4)
+    async with serving(control_plane, namespace, tmp_path, slow, auth) as mgr:
+        tls = trusting(control_plane)
+        reader = token_for(control_plane, namespace, "reader")
+        assert (await scrape(mgr, tls, reader))[0] == 200
+        before = reviews(control_plane)
+        flood = [
+            asyncio.create_task(scrape_with_headers(mgr, tls, f"junk-{i:03d}.{'x' * 600}"))
+            for i in range(60)
+        ]
+        await asyncio.sleep(0.2)  # the flood is under way
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        async with asyncio.timeout(10):
+            await mgr.client.request("GET", "/version")
+        took = loop.time() - began
+        answers = await asyncio.gather(*flood)
+        assert (await scrape(mgr, tls, reader))[0] == 200  # cached: the flood cost it nothing
+        after = reviews(control_plane)
+    statuses = [status for status, _, _ in answers]
+    assert set(statuses) <= {401, 429}, statuses
+    assert statuses.count(429) > 0, statuses
+    assert {h.get("Retry-After") for s, _, h in answers if s == 429} == {"1"}
+    # Every 401 cost exactly one TokenReview, every 429 none; no access review was made.
+    assert after[0] - before[0] == statuses.count(401)
+    assert after[1] - before[1] == 0
+    assert took < 1.0, f"the manager's GET waited {took:.2f} s behind the reviews"

@@ -18,7 +18,9 @@ from aiohttp import test_utils, web
 from structlog import testing as log_testing
 
 from runtime import delegatedauth, manager, tls
+from runtime.client import client as client_
 from runtime.client import errors as client_errors
+from runtime.client import resources
 from runtime.testing import clock as fake_clock
 from runtime.testing import fake
 from tests.unit import helpers
@@ -27,6 +29,7 @@ ALICE = {"username": "system:serviceaccount:ns:alice", "uid": "u-1",
          "groups": ["system:serviceaccounts", "system:authenticated"],
          "extra": {"authentication.kubernetes.io/pod-name": ["p"]}}  # fmt: skip
 BOB = {"username": "system:serviceaccount:ns:bob", "groups": ["system:authenticated"]}
+CONFIGMAPS = resources.default_registry.for_kind("v1", "ConfigMap")
 
 
 class FakeApiServer:
@@ -489,3 +492,58 @@ async def test_a_failed_review_is_logged_without_anything_that_can_echo_the_toke
     for piece in (token, token[:20], token.split(".")[1][:12]):
         assert piece not in everything
     assert "TokenReview" in event["error"]
+
+
+async def test_the_managers_reviews_go_through_a_client_of_their_own() -> None:
+    """Junk tokens cost reviews on the reviews' own client and budget: the manager's
+    client (one request every 2 s here) is not slowed by them, not even by one."""
+    seen: list[tuple[str, str]] = []
+
+    async def api(request: web.Request) -> web.Response:
+        seen.append((request.path, request.headers["User-Agent"]))
+        if request.path == delegatedauth.TOKEN_REVIEWS:
+            body = await request.json()
+            return web.json_response({**body, "status": {"authenticated": False}})
+        return web.json_response({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "c", "namespace": "ns"}})  # fmt: skip
+
+    async with helpers.api_server(api) as plain:
+        slow = client_.Client(
+            plain.configuration, options=client_.Options(qps=0.5, burst=1, timeout=5)
+        )
+        mgr = manager.Manager(slow, manager.Options(
+            name="t", metrics_bind_address="127.0.0.1:0", health_probe_bind_address="0",
+            metrics_secure=True, graceful_shutdown_timeout=5))  # fmt: skip
+        stop = asyncio.Event()
+        task = asyncio.create_task(mgr.start(stop))
+        try:
+            host, port = await helpers.eventually(lambda: mgr.metrics_address, what="serving")
+            insecure = ssl.create_default_context()
+            insecure.check_hostname = False
+            insecure.verify_mode = ssl.CERT_NONE
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+
+                async def scrape(token: str) -> int:
+                    url = f"https://{host}:{port}/metrics"
+                    headers = {"Authorization": f"Bearer {token}"}
+                    async with http.get(url, headers=headers, ssl=insecure) as response:
+                        return response.status
+
+                statuses = await asyncio.gather(*(scrape(f"junk-{i}") for i in range(5)))
+            assert statuses == [401] * 5
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            await slow.get(CONFIGMAPS, "ns", "c")  # the bucket's one token is still there
+            assert loop.time() - began < 1.0
+            reviews = [agent for path, agent in seen if path == delegatedauth.TOKEN_REVIEWS]
+            assert len(reviews) == 5
+            assert set(reviews) == {client_.identity(slow.options)[1]}  # the operator's name
+            assert mgr.review_client is not None
+            assert mgr.review_client is not slow
+            assert mgr.review_client.options.qps == mgr.options.metrics_auth.review_qps == 10
+            assert mgr.review_client.options.burst == mgr.options.metrics_auth.review_burst
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+            await slow.close()
+        assert mgr.review_client._session is None  # closed with the servers
