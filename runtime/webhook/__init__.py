@@ -3,6 +3,8 @@
 - :mod:`runtime.webhook.server`: :class:`~runtime.webhook.server.Server`, the HTTPS
   server (a manager runnable; certificates from files, reloaded when rotated, or
   self-signed with the CA injected), its registration API and its metrics;
+- :mod:`runtime.webhook.intake`: what the server reads - body size, shape and how many
+  at once (:class:`~runtime.webhook.intake.Limits`), checked before a body is parsed;
 - :mod:`runtime.webhook.admission`: the typed AdmissionReview, and the
   :class:`~runtime.webhook.admission.Validator` and
   :class:`~runtime.webhook.admission.Defaulter` protocols;
@@ -20,6 +22,6 @@ or without a controller::
     server.register_for(manager.webhook_server, WIDGETS, validator=v, defaulter=d)
 """
 
-from runtime.webhook import admission, cainject, conversion, jsonpatch, server
+from runtime.webhook import admission, cainject, conversion, intake, jsonpatch, server
 
-__all__ = ["admission", "cainject", "conversion", "jsonpatch", "server"]
+__all__ = ["admission", "cainject", "conversion", "intake", "jsonpatch", "server"]

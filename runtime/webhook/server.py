@@ -18,10 +18,17 @@ same); :meth:`runtime.manager.Manager.webhook_server` makes one and adds it.
   :func:`validate_path`, :func:`mutate_path`) and ``/convert``. The builder's
   ``with_validator``/``with_defaulter``/``with_converter`` call it.
 
-Each endpoint takes ``POST`` with ``Content-Type: application/json``. A body that is no
-review of the right kind is answered HTTP 400 (the API server counts that as a failed
-call: the webhook's ``failurePolicy`` decides); anything else is answered HTTP 200 with
-the review (see :mod:`runtime.webhook.admission` and :mod:`runtime.webhook.conversion`).
+Each endpoint takes ``POST`` with ``Content-Type: application/json`` and a
+``Content-Length`` of at most 4 MiB. What it reads, and how many bodies at once, is
+:mod:`runtime.webhook.intake`'s (:attr:`Options.limits`): a body that is too large (413),
+has no length (411), is no review of the right kind (400) - checked on its bytes before
+it is parsed - or finds no free slot within 2 s (429 with ``Retry-After``) is answered
+with an error, which the API server counts as a failed call (the webhook's
+``failurePolicy`` decides); anything else is answered HTTP 200 with the review (see
+:mod:`runtime.webhook.admission` and :mod:`runtime.webhook.conversion`). A request holds
+its slot until it is answered, so a flood of large or junk bodies costs bounded memory
+(~150 MiB at most) and stalls the event loop at most one bounded parse at a time: the
+manager's other work (its leader Lease among it) goes on.
 
 **Certificates** (:class:`Options`): the server presents ``<cert_dir>/<cert_name>``
 with key ``<cert_dir>/<key_name>`` (controller-runtime's defaults: ``tls.crt``,
@@ -36,7 +43,7 @@ own CA: self-signed mode is for one replica (development, tests), not for HA.
 
 **Metrics** (controller-runtime's names, label ``webhook`` = the path):
 ``controller_runtime_webhook_requests_total{webhook,code}`` (``code``: the HTTP
-status), ``controller_runtime_webhook_latency_seconds{webhook}`` (histogram) and
+status, refusals included), ``controller_runtime_webhook_latency_seconds{webhook}`` (histogram) and
 ``controller_runtime_webhook_requests_in_flight{webhook}``.
 
 **Readiness**: :meth:`Server.serving` is true once a TLS handshake with the server's
@@ -48,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import pathlib
 import ssl
 import tempfile
@@ -62,7 +68,7 @@ from aiohttp import web
 from runtime import metrics, tls
 from runtime.client import client as client_
 from runtime.client import resources
-from runtime.webhook import admission, cainject, conversion
+from runtime.webhook import admission, cainject, conversion, intake
 
 __all__ = [
     "CONVERT_PATH",
@@ -75,8 +81,6 @@ __all__ = [
 ]
 
 CONVERT_PATH = "/convert"
-_MAX_BODY = 16 * 1024 * 1024
-"""Largest review accepted: an object and its old version, each up to etcd's limit."""
 _CHECK_TIMEOUT = 2.0
 
 REQUESTS = metrics.Family(
@@ -156,6 +160,9 @@ class Options:
     """Seconds between checks of the certificate files for a rotation. Default 10."""
     self_signed: SelfSigned | None = None
     """Generate a CA and certificate at start instead of reading given ones. Default ``None``."""
+    limits: intake.Limits = dataclasses.field(default_factory=intake.Limits)
+    """What a request may send, and how many are served at once (:mod:`runtime.webhook.intake`).
+    Default ``intake.Limits()``: 4 MiB bodies, 2 large and 16 small at once."""
 
 
 def _parse_address(address: str) -> tuple[str, int]:
@@ -181,6 +188,7 @@ class Server:
         self.ca_bundle: bytes | None = None
         """The generated CA (PEM), in self-signed mode once started."""
         self.reloader: tls.Reloader | None = None
+        self._lanes = intake.Lanes(self.options.limits)
         self._started = False
         self.log = structlog.get_logger("runtime.webhook")
 
@@ -248,18 +256,23 @@ class Server:
         )  # fmt: skip
 
     def _app(self) -> web.Application:
-        app = web.Application(client_max_size=_MAX_BODY)
+        app = web.Application(client_max_size=self.options.limits.max_body_bytes)
         for path, handler in self._admission.items():
             app.router.add_post(path, self._metered(path, self._admission_endpoint(handler)))
         if self.converters:
-            app.router.add_post(CONVERT_PATH, self._metered(CONVERT_PATH, self._convert))
+            convert = self._endpoint(
+                conversion.API_VERSION, "ConversionReview", self._convert_review
+            )
+            app.router.add_post(CONVERT_PATH, self._metered(CONVERT_PATH, convert))
         return app
 
     async def start(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set (see the module docstring)."""
         self._started = True
         self.reloader = reloader = await self._certificates()
-        runner = web.AppRunner(self._app(), access_log=None)
+        # handler_cancellation: a caller that hangs up frees its slot at once (and a body left
+        # unread after a refusal is not waited for the whole lingering time).
+        runner = web.AppRunner(self._app(), access_log=None, handler_cancellation=True)
         await runner.setup()
         watcher: asyncio.Task[None] | None = None
         try:
@@ -326,23 +339,64 @@ class Server:
 
         return metered
 
-    async def _body(self, request: web.Request) -> Any:
-        if request.content_type != "application/json":
-            raise ValueError(f"Content-Type must be application/json, got {request.content_type}")
+    async def _read(self, request: web.Request, length: int) -> bytearray:
+        """The body of ``length`` bytes, refused as soon as its first byte is no ``{``."""
+        limits = self.options.limits
+        body = bytearray(length)  # zero pages: memory only as it is filled
+        got = 0
+        start: int | None = 0
         try:
-            return json.loads(await request.read())
-        except ValueError as exc:
-            raise ValueError(f"the body is not JSON: {exc}") from None
+            async with asyncio.timeout(limits.read_timeout):
+                with memoryview(body) as view:
+                    while got < length:
+                        chunk = await request.content.readany()
+                        if not chunk:
+                            raise intake.Refused(400, "the body ended before its Content-Length")
+                        view[got : got + len(chunk)] = chunk
+                        got += len(chunk)
+                        if start is not None:
+                            start = intake.check_start(view[:got], start)
+        except TimeoutError:
+            raise intake.Refused(
+                408, f"the body did not arrive within {limits.read_timeout:g} s"
+            ) from None
+        return body
+
+    def _endpoint(
+        self,
+        api_version: str,
+        kind: str,
+        answer: Callable[[web.Request, Any], Awaitable[web.Response]],
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """Serve ``answer(review)`` for the bodies :mod:`runtime.webhook.intake` lets in."""
+        limits = self.options.limits
+
+        async def serve(request: web.Request) -> web.Response:
+            try:
+                intake.check_headers(request.content_type, request.content_length, limits)
+                length = request.content_length or 0
+                async with self._lanes.slot(length):
+                    body = await self._read(request, length)
+                    review = intake.parse(body, api_version, kind, limits)
+                    del body
+                    return await answer(request, review)
+            except intake.Refused as exc:
+                self.log.warning(
+                    "request refused", path=request.path, status=exc.status, error=exc.message
+                )
+                headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+                return web.Response(status=exc.status, text=exc.message, headers=headers)
+
+        return serve
 
     def _admission_endpoint(
         self, handler: admission.Handler
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
-        async def serve(request: web.Request) -> web.Response:
+        async def answer(request: web.Request, body: Any) -> web.Response:
             try:
-                review = admission.Request.from_review(await self._body(request))
+                review = admission.Request.from_review(body)
             except ValueError as exc:
-                self.log.warning("bad admission review", path=request.path, error=str(exc))
-                return web.Response(status=400, text=str(exc))
+                raise intake.Refused(400, str(exc)) from None
             try:
                 answer = await handler.handle(review)
             except Exception as exc:
@@ -358,14 +412,13 @@ class Server:
             )  # fmt: skip
             return web.json_response(answer.review(review.uid))
 
-        return serve
+        return self._endpoint(admission.API_VERSION, "AdmissionReview", answer)
 
-    async def _convert(self, request: web.Request) -> web.Response:
+    async def _convert_review(self, request: web.Request, body: Any) -> web.Response:
         try:
-            review = conversion.Request.from_review(await self._body(request))
+            review = conversion.Request.from_review(body)
         except ValueError as exc:
-            self.log.warning("bad conversion review", error=str(exc))
-            return web.Response(status=400, text=str(exc))
+            raise intake.Refused(400, str(exc)) from None
         answer = self.converters.review(review)
         result = answer["response"]["result"]
         if result["status"] != "Success":

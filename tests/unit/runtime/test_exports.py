@@ -35,6 +35,7 @@ PUBLIC = [
     "runtime.webhook.admission",
     "runtime.webhook.cainject",
     "runtime.webhook.conversion",
+    "runtime.webhook.intake",
     "runtime.webhook.jsonpatch",
     "runtime.webhook.server",
 ]

@@ -2,13 +2,19 @@
 loopback: reviews answered per path, bad bodies refused with 400, metrics with
 controller-runtime's names, a rotated certificate picked up by new connections,
 readiness in the manager's ``/readyz`` (started before the caches), registration
-through the builder. (CA injection is ``test_cainject.py``'s.)"""
+through the builder. Bodies over the cap or without a length refused, junk refused before
+it is parsed (what the server allocates measured), large bodies a few at a time (429
+past the wait) while small ones keep being answered. (CA injection is
+``test_cainject.py``'s; the checks themselves, ``test_intake.py``'s.)"""
 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import pathlib
 import ssl
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +24,7 @@ import pytest
 from runtime import builder, manager, metrics, tls
 from runtime.client import resources
 from runtime.testing import fake
-from runtime.webhook import server
+from runtime.webhook import admission, server
 from tests.unit.runtime.webhook import widgets
 
 WIDGETS = resources.Resource("test.dev", "v1", "Widget", "widgets")
@@ -116,13 +122,17 @@ async def test_bodies_that_are_no_review_get_400(running: server.Server) -> None
     assert (status, text) == (400, "Content-Type must be application/json, got text/plain")
     status, text = await post(running, validate, None, data=b"{",
                               headers={"Content-Type": "application/json"})  # fmt: skip
+    assert (status, text) == (400, "the body is no admission.k8s.io/v1 AdmissionReview")
+    cut = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {'
+    status, text = await post(running, validate, None, data=cut,
+                              headers={"Content-Type": "application/json"})  # fmt: skip
     assert status == 400
     assert text.startswith("the body is not JSON")
     status, text = await post(running, validate, {"kind": "AdmissionReview"})
     assert status == 400
     status, text = await post(running, "/convert", {"kind": "ConversionReview"})
     assert status == 400
-    assert sample("controller_runtime_webhook_requests_total", validate, "400") == before + 3
+    assert sample("controller_runtime_webhook_requests_total", validate, "400") == before + 4
     status, _ = await post(running, "/nothing-here", widgets.review())
     assert status == 404
 
@@ -311,3 +321,153 @@ async def test_a_webhook_server_that_cannot_listen_fails_the_manager_while_cache
         assert isinstance(failed.value.__cause__, OSError)
         assert asyncio.get_running_loop().time() - began < 5
         gate.set()
+
+
+# -- what the server reads: the body's size, shape and how many at once ----------------------
+
+MiB = 1024 * 1024
+
+
+def padded_review(size: int) -> bytes:
+    """A valid Widget AdmissionReview of ``size`` bytes (a long annotation pads it)."""
+    review = widgets.review(object={"metadata": {"name": "w", "annotations": {"pad": ""}},
+                                    "spec": {"size": 1}})  # fmt: skip
+    empty = len(json.dumps(review).encode())
+    review["request"]["object"]["metadata"]["annotations"]["pad"] = "x" * (size - empty)
+    body = json.dumps(review).encode()
+    assert len(body) == size
+    return body
+
+
+async def post_raw(
+    srv: server.Server, path: str, data: Any, headers: dict[str, str] | None = None
+) -> tuple[int, str, dict[str, str]]:
+    assert srv.address is not None
+    url = f"https://127.0.0.1:{srv.address[1]}{path}"
+    context = ca_context(pathlib.Path(srv.options.cert_dir) / "ca.crt")
+    if isinstance(data, bytes):
+        data = io.BytesIO(data)  # aiohttp's advice for large bodies; still a Content-Length
+    async with aiohttp.ClientSession() as session:
+        try:
+            async with session.post(url, data=data, ssl=context, headers={
+                "Content-Type": "application/json", **(headers or {})}) as response:  # fmt: skip
+                return response.status, await response.text(), dict(response.headers)
+        except aiohttp.ClientOSError as exc:  # closed while the body was being sent
+            return 0, str(exc), {}
+
+
+async def test_a_body_over_the_cap_or_without_a_length_is_refused(
+    running: server.Server,
+) -> None:
+    validate = server.validate_path(WIDGETS)
+    cap = running.options.limits.max_body_bytes
+    assert cap == 4 * MiB  # see the module docstring for why
+    status, _, _ = await post_raw(running, validate, padded_review(cap))
+    assert status == 200
+    status, text, _ = await post_raw(running, validate, padded_review(cap + 1))
+    assert (status, text) == (413, f"the body has {cap + 1} bytes, at most {cap}")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield json.dumps(widgets.review()).encode()
+
+    status, text, _ = await post_raw(running, validate, chunks())
+    assert (status, text) == (411, "a webhook request needs a Content-Length")
+
+
+async def test_bodies_that_are_no_review_are_refused_before_they_are_parsed(
+    running: server.Server,
+) -> None:
+    validate = server.validate_path(WIDGETS)
+    nested = (
+        json.dumps(widgets.review())
+        .encode()
+        .replace(b'"spec": {"size": 1}', b'"spec": {"size": 1, "x": [' + b"{}," * 300_000 + b"{}]}")
+    )  # a valid review, but 300,001 objects: more than any real one
+    junk = {
+        b"[" + b"{}," * 700_000 + b"{}]": (400, "the body is not a JSON object"),
+        b'{"a": [' + b"{}," * 700_000 + b"{}]}": (400, "the body is no admission.k8s.io/v1 "
+                                                       "AdmissionReview"),
+        nested: (413, f"the body has {nested.count(b'{') + nested.count(b'[')} '{{' and '[' "
+                      "(JSON objects and arrays), at most 200000"),
+    }  # fmt: skip
+    for body, (code, message) in junk.items():
+        tracemalloc.start()
+        try:
+            status, text, _ = await post_raw(running, validate, body)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert (status, text) == (code, message)
+        # Parsed, any of them would take ~25 bytes per byte (25 to 50 MiB). Refused, the
+        # server holds the body once at most (a body that is no object is refused as it
+        # starts); the rest is the client's buffers, in this same process.
+        assert peak < 2 * len(body) + 4 * MiB, (len(body), peak)
+    status, text, _ = await post_raw(running, "/convert", json.dumps(widgets.review()).encode())
+    assert (status, text) == (400, "the body is no apiextensions.k8s.io/v1 ConversionReview")
+
+
+class Gate:
+    """A validator that holds each review until :attr:`open` is set."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.holding = 0
+
+    async def validate_create(self, obj: Any, request: Any) -> list[str]:
+        self.holding += 1
+        await self.open.wait()
+        return []
+
+    async def validate_update(self, old: Any, obj: Any, request: Any) -> list[str]:
+        raise AssertionError("only creates here")
+
+    async def validate_delete(self, old: Any, request: Any) -> list[str]:
+        raise AssertionError("only creates here")
+
+
+async def test_large_bodies_are_read_a_few_at_a_time_and_small_ones_keep_being_answered(
+    tmp_path: pathlib.Path,
+) -> None:
+    srv = server.Server(server.Options(
+        bind_address="127.0.0.1:0", cert_dir=tmp_path,
+        self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"]),
+    ))  # fmt: skip
+    limits = srv.options.limits
+    assert (limits.large_slots, limits.wait, limits.retry_after) == (2, 2.0, 1)
+    gate = Gate()
+    srv.register("/gate", admission.validating(gate))
+    stop = asyncio.Event()
+    task = asyncio.create_task(srv.start(stop))
+    try:
+        for _ in range(100):
+            if srv.address is not None:
+                break
+            await asyncio.sleep(0.05)
+        large = padded_review(limits.small_body_bytes + 1)
+        held = [asyncio.create_task(post_raw(srv, "/gate", large)) for _ in range(2)]
+        for _ in range(100):
+            if gate.holding == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert gate.holding == 2
+        began = asyncio.get_running_loop().time()
+        third = post_raw(srv, "/gate", large)  # no slot is free
+        status, text, headers = await asyncio.wait_for(third, limits.wait + 5)
+        waited = asyncio.get_running_loop().time() - began
+        assert (status, text) == (429, "too many webhook requests at once; retry")
+        assert headers["Retry-After"] == "1"
+        assert limits.wait <= waited < limits.wait + 1.5
+        assert gate.holding == 2  # the third body was never handled
+        small = asyncio.create_task(post_raw(srv, "/gate", json.dumps(widgets.review()).encode()))
+        for _ in range(100):
+            if gate.holding == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert gate.holding == 3  # a small review is handled while the large slots are held
+        gate.open.set()
+        answers = await asyncio.wait_for(asyncio.gather(*held, small), 10)
+        assert [status for status, _, _ in answers] == [200, 200, 200]
+    finally:
+        gate.open.set()
+        stop.set()
+        await asyncio.wait_for(task, 5)
