@@ -7,6 +7,12 @@ is an error naming the field (KubeRay ignores it silently, so a misspelt setting
 would do nothing); so is a value of the wrong type, a missing or other
 ``apiVersion``/``kind``, and a file that cannot be read.
 
+One field is ours, not KubeRay's: ``gatewayClasses``, the GatewayClasses an incremental
+upgrade's Gateway may have (``--gateway-classes``,
+:class:`controllers.rayservice.gateway.GatewayClasses`; each name checked as the flag's).
+A KubeRay file does not set it, and then the flag stands: only when the file sets it does
+it replace the flag (KubeRay's own fields replace theirs whether set or not).
+
 Defaults are KubeRay's (``apis/config/v1alpha1/defaults.go``) and applied once,
 here: metrics on ``:8080``, probes on ``:8082``, leader election on, one
 reconcile worker, 100 requests per second with bursts of 200.
@@ -30,6 +36,7 @@ import yaml
 from pydantic import alias_generators
 
 from api.v1 import meta
+from controllers.rayservice import gateway
 
 __all__ = ["API_VERSION", "KIND", "Configuration", "load", "parse"]
 
@@ -39,7 +46,7 @@ KIND = "Configuration"
 
 class Configuration(pydantic.BaseModel):
     """The fields of KubeRay v1.7.0's ``Configuration`` (camelCase in the file), each
-    with its description."""
+    with its description, and ours, ``gatewayClasses``."""
 
     model_config = pydantic.ConfigDict(
         alias_generator=alias_generators.to_camel,
@@ -98,6 +105,16 @@ class Configuration(pydantic.BaseModel):
     """Annotations added to every Ray pod, where its template has none of that key."""
     default_pod_labels: dict[str, str] = pydantic.Field(default_factory=dict)
     """Labels added to every Ray pod, where its template has none of that key."""
+    gateway_classes: list[str] = pydantic.Field(default_factory=list)
+    """(ours) The GatewayClasses a RayService's incremental upgrade may have its Gateway of
+    (``["*"]``: every class, KubeRay's behaviour); when set, replaces ``--gateway-classes``.
+    Not set, and no flag: no class."""
+
+    @pydantic.field_validator("gateway_classes")
+    @classmethod
+    def _gateway_classes(cls, value: list[str]) -> list[str]:
+        gateway.GatewayClasses.parse(value)  # a bad name is an error naming it
+        return value
 
     def namespaces(self) -> list[str]:
         """``watchNamespace`` as a list (empty: all namespaces)."""
@@ -122,7 +139,8 @@ def parse(text: str) -> Configuration:
         where = meta.field_path(first["loc"])
         if first["type"] == "extra_forbidden":
             raise ValueError(f"{where}: not a field of KubeRay's Configuration") from None
-        raise ValueError(f"{where}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{where}: {message}") from None
 
 
 def load(path: pathlib.Path) -> Configuration:

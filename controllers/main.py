@@ -69,6 +69,15 @@ Deployment for ours rolls over without the two ever acting at once. ``--namespac
 or comma-separated) restricts the operator to those namespaces: it then needs
 only Roles there (``config/overlays/namespaced``), not the ClusterRole.
 
+Incremental upgrades (``NewClusterWithIncrementalUpgrade``) create a Gateway, a load
+balancer, with the operator's rights: ``--gateway-classes a,b`` (repeatable; the
+Configuration's ``gatewayClasses``; not a KubeRay flag) lists the GatewayClasses it may
+create one of (:class:`controllers.rayservice.gateway.GatewayClasses`). The default,
+none, refuses every class: such a RayService reports ``GatewayClassNotAllowed``, naming
+this flag, and the validating webhook refuses it. ``--gateway-classes='*'`` allows every
+class, as KubeRay does, with a warning at start-up. A value that is not a GatewayClass
+name exits 2.
+
 The Ray dashboard of each RayService's cluster is reached as
 ``--dashboard-address-mode`` says: ``service`` (the head service's cluster DNS
 name, as KubeRay does in a cluster), ``pod-ip`` (the head pod's IP: a manager
@@ -96,6 +105,7 @@ import controllers.setup
 from controllers import configuration, environment, features, webhooks
 from controllers.raycluster import pods as raycluster_pods
 from controllers.raycluster import reconciler as raycluster_reconciler
+from controllers.rayservice import gateway
 from controllers.rayservice import reconciler as rayservice_reconciler
 from controllers.rayservice import setup as rayservice_setup
 from runtime import log, manager
@@ -187,6 +197,11 @@ class Settings(BaseSettings):
     serve_poll_max: float = Field(
         10.0, ge=2.0, description="longest seconds between Serve polls of a ready RayService"
     )
+    gateway_classes: _NAMESPACES = Field(
+        default_factory=list,
+        description="GatewayClasses an incremental upgrade may create its Gateway of "
+        "(repeatable, or comma-separated; '*': any, as KubeRay); default none",
+    )
     webhook_bind_address: str = Field(
         ":9443", description="host:port of the webhook server (with ENABLE_WEBHOOKS=true)"
     )
@@ -227,7 +242,7 @@ class Settings(BaseSettings):
         False, description="KubeRay's name for --dashboard-address-mode kubernetes-proxy"
     )
 
-    @field_validator("namespace", "watch_namespace", mode="before")
+    @field_validator("namespace", "watch_namespace", "gateway_classes", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         """``a,b`` (a flag or a variable), a JSON list, or repeated flags: a list of names."""
@@ -235,6 +250,12 @@ class Settings(BaseSettings):
             value = json.loads(value) if value.lstrip().startswith("[") else [value]
         if isinstance(value, list):
             return [n.strip() for item in value for n in str(item).split(",") if n.strip()]
+        return value
+
+    @field_validator("gateway_classes")
+    @classmethod
+    def _gateway_classes(cls, value: list[str]) -> list[str]:
+        gateway.GatewayClasses.parse(value)  # a bad name, or '*' with names, is a bad flag
         return value
 
     @field_validator("log_file_path", "config", "metrics_cert_path", mode="before")
@@ -293,6 +314,10 @@ class Settings(BaseSettings):
     def gates(self) -> features.Gates:
         """``--feature-gates`` parsed."""
         return features.parse(self.feature_gates)
+
+    def classes(self) -> gateway.GatewayClasses:
+        """``--gateway-classes`` parsed."""
+        return gateway.GatewayClasses.parse(self.gateway_classes)
 
 
 _KUBERAY_SCHEDULERS = ("volcano", "yunikorn", "kai-scheduler", "scheduler-plugins")
@@ -413,6 +438,8 @@ def _apply(
         "qps": config.qps,
         "burst": config.burst,
     }
+    if "gateway_classes" in config.model_fields_set:  # ours: a KubeRay file has none
+        replaced["gateway_classes"] = list(config.gateway_classes)
     given = settings.model_fields_set
     ignored = sorted(
         {f"--{_flag(f)}" for f in replaced if f in given}
@@ -437,6 +464,21 @@ def _report(settings: Settings, overridden: Sequence[str]) -> None:
         logger.warning("flags ignored: --config replaces them, as in KubeRay", flags=overridden)
     if settings.forced_cluster_upgrade:
         logger.warning("--forced-cluster-upgrade has no effect (deprecated in KubeRay too)")
+    classes = settings.classes()
+    if gates.enabled("RayServiceIncrementalUpgrade"):
+        if classes.every:
+            logger.warning(
+                "--gateway-classes=*: every RayService author gets a Gateway of any "
+                "GatewayClass, created with the operator's rights (KubeRay's behaviour); "
+                "list the classes tenants may use instead"
+            )
+        elif not classes.names:
+            logger.info(
+                "no GatewayClass is allowed (--gateway-classes): NewClusterWithIncrementalUpgrade "
+                "RayServices report GatewayClassNotAllowed until it names their class"
+            )
+        else:
+            logger.info("GatewayClasses allowed", gateway_classes=list(classes.names))
 
 
 async def _client(settings: Settings) -> client_.Client:
@@ -503,7 +545,11 @@ async def _run(
         enable_metrics=settings.enable_metrics,
     )
     if os.environ.get("ENABLE_WEBHOOKS") == "true":
-        paths = webhooks.setup(mgr)
+        paths = webhooks.setup(
+            mgr,
+            gateway_classes=settings.classes(),
+            incremental=settings.gates().enabled("RayServiceIncrementalUpgrade"),
+        )
         structlog.get_logger("controllers.main").info(
             "serving validating webhooks", paths=paths, address=settings.webhook_bind_address
         )
@@ -534,6 +580,7 @@ def _rayservice_options(
         zero_downtime=env.zero_downtime,
         gateway_api=gateway_api,
         incremental_upgrade=settings.gates().enabled("RayServiceIncrementalUpgrade"),
+        gateway_classes=settings.classes(),
     )
 
 

@@ -9,7 +9,12 @@ and rules:
   (:func:`controllers.raycluster.validation.admission_problems`);
 - ``/validate-ray-io-v1-rayservice``: the name (at most 47 characters, a DNS-1035
   label) and the ``ray.io/initializing-timeout`` annotation
-  (:func:`controllers.rayservice.validation.admission_problems`).
+  (:func:`controllers.rayservice.validation.admission_problems`); and, beyond KubeRay,
+  when the operator hands it its ``--gateway-classes``, a Gateway of a class it does not
+  allow (:func:`controllers.rayservice.validation.gateway_class_problems`): refused on
+  ``CREATE``, and on an ``UPDATE`` that changes the class asked for (one that leaves it
+  as it was is allowed, so that the operator can still remove its finalizer; the
+  reconciler reports such a RayService, ``GatewayClassNotAllowed``).
 
 Both check ``CREATE`` and ``UPDATE`` (the new object) and allow ``DELETE``. A refusal
 is HTTP 422 ``Invalid`` with KubeRay's message shape,
@@ -29,6 +34,7 @@ from typing import Any
 
 from api import v1
 from controllers.raycluster import validation as raycluster_validation
+from controllers.rayservice import gateway
 from controllers.rayservice import validation as rayservice_validation
 from runtime import manager as manager_
 from runtime.client import resources
@@ -52,8 +58,8 @@ class _Validator:
         self.resource = resource
         self.problems = problems
 
-    def _check(self, obj: Obj) -> Sequence[str]:
-        found = self.problems(obj)
+    def _check(self, obj: Obj, old: Obj | None = None) -> Sequence[str]:
+        found = self.problems(obj) + self._more(obj, old)
         if found:
             name = (obj.get("metadata") or {}).get("name", "")
             raise admission.Denied(
@@ -64,13 +70,17 @@ class _Validator:
             )
         return []
 
+    def _more(self, obj: Obj, old: Obj | None) -> list[str]:
+        """Rules beyond KubeRay's (``old``: the object before an update)."""
+        return []
+
     async def validate_create(self, obj: Obj, request: admission.Request) -> Sequence[str]:
         return self._check(obj)
 
     async def validate_update(
         self, old: Obj, obj: Obj, request: admission.Request
     ) -> Sequence[str]:
-        return self._check(obj)
+        return self._check(obj, old)
 
     async def validate_delete(self, old: Obj, request: admission.Request) -> Sequence[str]:
         return []
@@ -82,17 +92,44 @@ class RayClusterValidator(_Validator):
 
 
 class RayServiceValidator(_Validator):
-    def __init__(self) -> None:
+    """KubeRay's rules; with ``gateway_classes`` (the operator's allow-list) also the
+    GatewayClass (see the module docstring). ``incremental``: the
+    ``RayServiceIncrementalUpgrade`` gate (off, no Gateway is ever made)."""
+
+    def __init__(
+        self, gateway_classes: gateway.GatewayClasses | None = None, *, incremental: bool = True
+    ) -> None:
         super().__init__(v1.RayService.RESOURCE, rayservice_validation.admission_problems)
+        self.gateway_classes = gateway_classes
+        self.incremental = incremental
+
+    def _more(self, obj: Obj, old: Obj | None) -> list[str]:
+        if self.gateway_classes is None:
+            return []
+        if old is not None and rayservice_validation.requested_gateway_class(
+            old, incremental=self.incremental
+        ) == rayservice_validation.requested_gateway_class(obj, incremental=self.incremental):
+            return []
+        return rayservice_validation.gateway_class_problems(
+            obj, self.gateway_classes, incremental=self.incremental
+        )
 
 
-def setup(mgr: manager_.Manager) -> list[str]:
-    """Serve both webhooks on ``mgr``'s webhook server; their paths."""
+def setup(
+    mgr: manager_.Manager,
+    *,
+    gateway_classes: gateway.GatewayClasses | None = None,
+    incremental: bool = True,
+) -> list[str]:
+    """Serve both webhooks on ``mgr``'s webhook server; their paths. ``gateway_classes``
+    and ``incremental`` go to :class:`RayServiceValidator`."""
     paths = webhook_server.register_for(
         mgr.webhook_server, v1.RayCluster.RESOURCE, validator=RayClusterValidator()
     )
     paths += webhook_server.register_for(
-        mgr.webhook_server, v1.RayService.RESOURCE, validator=RayServiceValidator()
+        mgr.webhook_server,
+        v1.RayService.RESOURCE,
+        validator=RayServiceValidator(gateway_classes, incremental=incremental),
     )
     return paths
 

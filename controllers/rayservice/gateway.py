@@ -20,6 +20,16 @@
   (the route's parent status for the Gateway: ``Accepted`` and ``ResolvedRefs`` true):
   KubeRay v1.7.0's ``IsGatewayReady``/``IsHTTPRouteReady``.
 - :func:`weights` reads the route's weights by cluster name.
+- :class:`GatewayClasses`: the operator's allow-list of the classes it creates a Gateway
+  of (``--gateway-classes``, the Configuration's ``gatewayClasses``, the Helm value
+  ``gatewayClasses``). A Gateway is a load balancer in front of the RayService, made with
+  the operator's rights: a RayService author without RBAC for Gateways must not get one
+  of any class they name. Empty (the default) allows no class; :data:`ANY_CLASS` (``*``,
+  alone) allows every class, KubeRay's behaviour. :meth:`GatewayClasses.parse` reads the
+  flag's values (each comma-separated; each name a Gateway API ``ObjectName``:
+  lower-case DNS subdomains of at most 253 characters); :meth:`GatewayClasses.refusal`
+  is the message a RayService asking for another class gets, naming the field, the
+  class, what is allowed and the exact flag value that would allow it.
 
 >>> svc = {"apiVersion": "ray.io/v1", "kind": "RayService",
 ...        "metadata": {"name": "svc", "namespace": "ns", "uid": "u1"}, "spec": {}}
@@ -32,13 +42,17 @@
 {'svc-a1b2c': 75, 'svc-d3e4f': 25}
 >>> merged(rt, rt) is None
 True
+>>> allowed = GatewayClasses.parse(["traefik, istio"])
+>>> allowed.allows("istio"), allowed.allows("public-lb"), str(allowed)
+(True, False, "'istio', 'traefik'")
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from controllers.rayservice import services
@@ -46,6 +60,7 @@ from runtime import objects
 from runtime.client import resources
 
 __all__ = [
+    "ANY_CLASS",
     "GATEWAYS",
     "GATEWAY_SUFFIX",
     "HTTPROUTES",
@@ -54,6 +69,7 @@ __all__ = [
     "MIGRATED_ANNOTATION",
     "ROUTE_SUFFIX",
     "Backend",
+    "GatewayClasses",
     "gateway",
     "gateway_name",
     "gateway_ready",
@@ -78,6 +94,76 @@ LISTENER_PORT = 80
 """Its port (KubeRay's ``DefaultGatewayListenerPort``)."""
 MIGRATED_ANNOTATION = "ray.io/traffic-migrated-at"
 """When the route's weights last changed (RFC 3339), written with them."""
+
+
+ANY_CLASS = "*"
+"""``--gateway-classes=*``: every class allowed (KubeRay's behaviour)."""
+_CLASS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_CLASS_NAME_MAX = 253
+_FIELD = "spec.upgradeStrategy.clusterUpgradeOptions.gatewayClassName"
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewayClasses:
+    """The GatewayClasses the operator creates a RayService's Gateway of (see the module
+    docstring). The default allows none."""
+
+    names: tuple[str, ...] = ()
+    """The allowed classes, sorted, each once."""
+    every: bool = False
+    """:data:`ANY_CLASS` was given: every class is allowed."""
+
+    @classmethod
+    def parse(cls, values: Iterable[str]) -> GatewayClasses:
+        """The classes ``values`` give, each value a comma-separated list (blanks and empty
+        items are skipped). :class:`ValueError` naming the first value that is not a
+        GatewayClass name, and for :data:`ANY_CLASS` given with anything else."""
+        names: set[str] = set()
+        every = False
+        for value in values:
+            for item in (part.strip() for part in value.split(",")):
+                if item == ANY_CLASS:
+                    every = True
+                elif item:
+                    if len(item) > _CLASS_NAME_MAX or not _CLASS_NAME.fullmatch(item):
+                        raise ValueError(
+                            f"{item[:80]!r} is not a GatewayClass name (a lower-case DNS "
+                            f"subdomain of at most {_CLASS_NAME_MAX} characters: letters, "
+                            "digits, '-' and '.'); '*' allows every class"
+                        )
+                    names.add(item)
+        if every and names:
+            raise ValueError(
+                f"{ANY_CLASS!r} allows every GatewayClass: give it alone, not with "
+                f"{', '.join(repr(n) for n in sorted(names))}"
+            )
+        return cls(names=tuple(sorted(names)), every=every)
+
+    def allows(self, class_name: str) -> bool:
+        """Whether a Gateway of ``class_name`` may be created."""
+        return self.every or class_name in self.names
+
+    def flag_value(self) -> str:
+        """The value of ``--gateway-classes`` that gives these classes."""
+        return ANY_CLASS if self.every else ",".join(self.names)
+
+    def __str__(self) -> str:
+        if self.every:
+            return "any"
+        return ", ".join(repr(n) for n in self.names) if self.names else "none"
+
+    def refusal(self, class_name: str) -> str | None:
+        """Why a RayService may not have a Gateway of ``class_name``; None when it may."""
+        if self.allows(class_name):
+            return None
+        wanted = GatewayClasses(names=tuple(sorted({*self.names, class_name})))
+        return (
+            f"{_FIELD} {class_name!r} is not allowed by the operator (allowed: {self}): "
+            "a Gateway is a load balancer the operator would create with its own rights. "
+            "A cluster admin allows the class with the operator's flag "
+            f"--gateway-classes={wanted.flag_value()} (Helm value gatewayClasses, "
+            "Configuration field gatewayClasses) and restarts the operator"
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -179,6 +179,11 @@ class Settings:
     ``upgradeStrategy.type`` says otherwise (:func:`new_cluster_upgrades`)."""
     incremental: bool = True
     """The ``RayServiceIncrementalUpgrade`` gate (:func:`incremental_mode`)."""
+    gateway_classes: gateway.GatewayClasses = dataclasses.field(
+        default_factory=gateway.GatewayClasses
+    )
+    """The classes an incremental upgrade's Gateway may have (``--gateway-classes``);
+    none by default: such a RayService reports ``GatewayClassNotAllowed``."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -280,6 +285,7 @@ def plan(
         _timeout(snapshot, base, now)
         or _not_ours(snapshot, base, settings)
         or _without_gateway_api(snapshot, base, settings)
+        or _gateway_class_refused(snapshot, base, settings)
     )
     if stopped is not None:
         return stopped
@@ -360,6 +366,22 @@ def _without_gateway_api(
         "controller, then restart the operator"
     )
     reason = "GatewayAPIUnavailable"
+    return _problem(snapshot, base, reason, reason, message, error=Failure(message, terminal=True))
+
+
+def _gateway_class_refused(
+    snapshot: snapshot_.Snapshot, base: Plan, settings: Settings
+) -> Plan | None:
+    """An incremental upgrade through a GatewayClass the operator does not allow
+    (``--gateway-classes``): terminal, nothing written; a Gateway of that class (made
+    before, or by KubeRay) is left as it is. Allowing the class means restarting the
+    operator, whose first pass plans the RayService again."""
+    if not roles.incremental_mode(snapshot.validated.spec, settings.incremental):
+        return None
+    message = settings.gateway_classes.refusal(_upgrade_options(snapshot).gateway_class_name)
+    if message is None:
+        return None
+    reason = "GatewayClassNotAllowed"
     return _problem(snapshot, base, reason, reason, message, error=Failure(message, terminal=True))
 
 

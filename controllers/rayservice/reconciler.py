@@ -60,7 +60,7 @@ import api.v1 as v1
 from controllers import statuswriter
 from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import act, clusters, observe, report, tokens
+from controllers.rayservice import act, clusters, gateway, observe, report, tokens
 from controllers.rayservice import plan as plan_
 from runtime import events, objects
 from runtime import reconcile as reconcile_
@@ -108,6 +108,12 @@ class Options:
     HTTPRoutes): they are then watched and cached. Default off;
     :func:`controllers.rayservice.setup.gateway_api_served` tells (the operator's ``main`` asks
     it at start-up). Off, an incremental RayService reports ``GatewayAPIUnavailable``."""
+    gateway_classes: gateway.GatewayClasses = dataclasses.field(
+        default_factory=gateway.GatewayClasses
+    )
+    """The GatewayClasses an incremental upgrade's Gateway may have (the operator's
+    ``--gateway-classes``). Default none: a RayService asking for a Gateway of a class not
+    listed reports ``GatewayClassNotAllowed`` and gets no Gateway."""
 
     def __post_init__(self) -> None:
         if not 0 < self.serve_poll_interval <= self.serve_poll_max:
@@ -144,7 +150,7 @@ class Reconciler:
             client, cache, volatile=report.VOLATILE, clock=lambda: self.clock()
         )  # a spec update meanwhile: STALE at once, not a 409
         self.executor = act.Executor(client, recorder, self.writer)
-        self.tokens = tokens.Tokens(client, cache)
+        self.tokens = tokens.Tokens(client)
         self.log = structlog.get_logger("controllers.rayservice")
         self._memory: dict[reconcile_.Request, plan_.Memory] = {}
         """Hints per RayService (:class:`controllers.rayservice.plan.Memory`)."""
@@ -187,6 +193,7 @@ class Reconciler:
                 slow_dashboard_factor=self.options.slow_dashboard_factor,
                 zero_downtime=self.options.zero_downtime,
                 incremental=self.options.incremental_upgrade,
+                gateway_classes=self.options.gateway_classes,
             ),
         )
         if decided.memory == plan_.Memory():

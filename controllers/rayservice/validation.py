@@ -47,6 +47,14 @@ to Ray Serve or on every reconcile:
   HTTP route). These are Ray Serve's own rules (``ServeDeploySchema``), checked here
   so the message names the field instead of arriving as an HTTP 400.
 
+**The GatewayClass** is not one of :func:`problems`' rules: the spec is valid, whether the
+operator may create a Gateway of that class is its policy
+(:class:`controllers.rayservice.gateway.GatewayClasses`, ``--gateway-classes``), reported
+by the reconciler with its own reason (``GatewayClassNotAllowed``).
+:func:`requested_gateway_class` says which class a RayService asks a Gateway of (only an
+incremental upgrade with the gate on does), and :func:`gateway_class_problems` the refusal
+the validating webhook adds to KubeRay's rules when it knows the allow-list.
+
 **No serveConfigV2** (absent or blank) is valid, as in KubeRay (which then PUTs an
 empty config): the cluster is created, nothing is deployed, and
 :func:`serve_config` returns ``None``. Such a RayService can never be ``Ready``
@@ -81,6 +89,7 @@ from api import v1
 from controllers import goduration
 from controllers.ray import serveconfig
 from controllers.raycluster import interface as raycluster
+from controllers.rayservice import gateway
 
 __all__ = [
     "INITIALIZING_TIMEOUT_ANNOTATION",
@@ -88,8 +97,10 @@ __all__ = [
     "SUPPORTED_UPGRADE_TYPES",
     "Validated",
     "admission_problems",
+    "gateway_class_problems",
     "initializing_timeout",
     "problems",
+    "requested_gateway_class",
     "serve_config",
     "validate",
 ]
@@ -510,6 +521,36 @@ def admission_problems(service: Mapping[str, Any]) -> list[str]:
         if problem is not None:
             found.append(problem)
     return found
+
+
+def requested_gateway_class(service: Mapping[str, Any], *, incremental: bool = True) -> str | None:
+    """The GatewayClass ``service`` asks a Gateway of: its
+    ``clusterUpgradeOptions.gatewayClassName`` when ``upgradeStrategy.type`` is
+    ``NewClusterWithIncrementalUpgrade`` and the gate (``incremental``) is on; None
+    otherwise, and when the class is not a non-empty string (:func:`problems` says so).
+
+    >>> requested_gateway_class({"spec": {"upgradeStrategy": {
+    ...     "type": "NewClusterWithIncrementalUpgrade",
+    ...     "clusterUpgradeOptions": {"gatewayClassName": "istio"}}}})
+    'istio'
+    """
+    strategy = (service.get("spec") or {}).get("upgradeStrategy")
+    if not incremental or not isinstance(strategy, Mapping) or strategy.get("type") != _INCREMENTAL:
+        return None
+    options = strategy.get("clusterUpgradeOptions")
+    name = options.get("gatewayClassName") if isinstance(options, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def gateway_class_problems(
+    service: Mapping[str, Any], allowed: gateway.GatewayClasses, *, incremental: bool = True
+) -> list[str]:
+    """The refusal of a Gateway of the class ``service`` asks for when ``allowed`` does not
+    list it (:meth:`~controllers.rayservice.gateway.GatewayClasses.refusal`); empty when it
+    asks for none or for an allowed one."""
+    name = requested_gateway_class(service, incremental=incremental)
+    refusal = allowed.refusal(name) if name is not None else None
+    return [refusal] if refusal is not None else []
 
 
 def problems(service: Mapping[str, Any], *, incremental: bool = True) -> list[str]:

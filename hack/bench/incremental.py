@@ -14,7 +14,8 @@ at a time. Then that operator stops.
 The operator processes, both reaching the Ray heads through the API server's proxy:
 
 - ``ours``: ``rayservice-manager --dashboard-address-mode kubernetes-proxy
-  --leader-elect=false --namespace <its namespaces>``, run from this checkout (the child's
+  --leader-elect=false --gateway-classes=traefik --namespace <its namespaces>`` (the class
+  must be allowed: none is by default), run from this checkout (the child's
   ``PYTHONPATH`` starts with it: :meth:`_common.Manager.ours`);
 - ``kuberay``: KubeRay v1.7.0's operator (``--kuberay-bin``, default the binary
   ``KUBERAY_VERSION=v1.7.0 hack/peers/kuberay.sh`` builds) as ``compare.py`` runs v1.5.0
@@ -465,6 +466,7 @@ def start_operator(shared: Shared, operator: str, namespaces: list[str]) -> _com
     return _common.Manager.ours(shared.cp.kubeconfig, work, [
         "--dashboard-address-mode", "kubernetes-proxy", "--leader-elect=false",
         "--log-level", args.manager_log_level, "--log-format", "json",
+        f"--gateway-classes={gateway.GATEWAY_CLASS}",
         *(f"--namespace={ns}" for ns in namespaces),
     ])  # fmt: skip
 

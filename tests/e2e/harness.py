@@ -9,7 +9,8 @@
   cluster as it is, the operator already deployed in it (``make kind-e2e``).
 - :class:`Manager`: ``rayservice-manager`` as its own process, as a user runs it: under
   a service-account token bound to the generated RBAC role (a missing rule fails here
-  as in a cluster), with ``--leader-elect``, in a dashboard address mode; its log goes
+  as in a cluster), with ``--leader-elect`` and ``--gateway-classes=traefik`` (the
+  suite's gateway's class), in a dashboard address mode; its log goes
   to a file that the suite attaches to a failing test's report. :meth:`Manager.kill`
   is SIGKILL, :meth:`Manager.stop` SIGTERM (graceful). With ``restart_on_exit`` it is
   restarted 1 s after it exits on its own, as a kubelet restarts a Deployment's
@@ -53,7 +54,7 @@ import api.v1 as v1
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import controlplane
-from tests.support import raysim
+from tests.support import gateway, raysim
 from tests.support.raysim import inside
 
 __all__ = ["Failure", "GatewayTraffic", "Manager", "Traffic", "World", "until"]
@@ -221,6 +222,8 @@ class Manager:
             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
             "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
             "--dashboard-address-mode", self.mode, "--log-format", "json",
+            # The suite's gateway (Traefik) serves this class: incremental upgrades use it.
+            f"--gateway-classes={gateway.GATEWAY_CLASS}",
             *self.extra,
         ]  # fmt: skip
         env = {**os.environ, "POD_NAMESPACE": SYSTEM_NAMESPACE}

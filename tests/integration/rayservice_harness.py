@@ -386,8 +386,11 @@ async def start_manager(
     mode: dashboard.Mode = "pod-ip",
     crash: Crash | None = None,
     serve_poll_max: float = 10.0,
+    rayservice: Mapping[str, Any] | None = None,
 ) -> Running:
-    """Start a manager for ``namespace`` with both controllers; wait until it runs."""
+    """Start a manager for ``namespace`` with both controllers; wait until it runs.
+    ``rayservice``: more :class:`~controllers.rayservice.reconciler.Options` fields (such
+    as ``gateway_api`` and ``gateway_classes``)."""
     client = await client_.Client.from_kubeconfig(cp.kubeconfig)
     mgr = manager_.Manager(client, manager_.Options(
         name="rayservice-operator",
@@ -404,7 +407,10 @@ async def start_manager(
         mgr,
         dashboards=factory,
         options=reconciler_.Options(
-            address_mode=mode, serve_poll_interval=2.0, serve_poll_max=serve_poll_max
+            address_mode=mode,
+            serve_poll_interval=2.0,
+            serve_poll_max=serve_poll_max,
+            **(rayservice or {}),
         ),
         skip_name_validation=True,
     )

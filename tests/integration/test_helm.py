@@ -58,6 +58,7 @@ from pydantic_settings import CliApp
 import runtime
 from controllers import configuration
 from controllers import main as main_
+from controllers.rayservice import gateway as gateway_objects
 from runtime.testing import controlplane
 from tests.integration import helpers
 from tests.support import tools
@@ -418,6 +419,29 @@ def test_feature_gates_become_the_flag(helm: pathlib.Path) -> None:
     )  # fmt: skip
 
 
+def test_gateway_classes_become_the_flag_or_the_configuration_field(helm: pathlib.Path) -> None:
+    """``gatewayClasses`` (ours): the GatewayClasses the manager may create Gateways of. Empty
+    (the default): no flag, no field, no class allowed; a list: ``--gateway-classes``, or
+    with ``configuration.enabled`` the Configuration's ``gatewayClasses``."""
+    default = manager_container(template(helm))["args"]
+    assert not [a for a in default if "gateway-classes" in a]
+    assert parse(default).gateway_classes == []
+    classes = ("--set", "gatewayClasses={traefik,istio}")
+    args = manager_container(template(helm, *classes))["args"]
+    assert "--gateway-classes=traefik,istio" in args
+    assert parse(args).classes() == gateway_objects.GatewayClasses.parse(["traefik", "istio"])
+    objs = template(helm, *classes, "--set", "configuration.enabled=true")
+    config = configuration.parse(only(objs, "ConfigMap")["data"]["config.yaml"])
+    assert config.gateway_classes == ["traefik", "istio"]
+    assert not [a for a in manager_container(objs)["args"] if "gateway-classes" in a]
+    off = template(helm, "--set", "configuration.enabled=true")
+    config = configuration.parse(only(off, "ConfigMap")["data"]["config.yaml"])
+    assert "gateway_classes" not in config.model_fields_set
+    refused = run(str(helm), "template", "x", str(CHART), "--set", "gatewayClasses=traefik")
+    assert refused.returncode != 0
+    assert "gatewayClasses" in refused.stderr
+
+
 RICH = (
     "--set", "watchNamespace={team-a,team-b}", "--set", "useKubernetesProxy=true",
     "--set", "kubeClient.qps=50.5", "--set", "kubeClient.burst=70",
@@ -426,6 +450,7 @@ RICH = (
     "--set", "logging.fileEncoder=console", "--set", "logging.stdoutEncoder=console",
     "--set", "featureGates[0].name=RayCronJob", "--set", "featureGates[0].enabled=true",
     "--set", "metrics.port=9090", "--set", "probePort=9091",
+    "--set", "gatewayClasses={traefik}",
 )  # fmt: skip
 
 
@@ -467,7 +492,7 @@ def test_configuration_enabled_is_a_configmap_the_manager_reads_as_the_flags(
         "leader_elect", "leader_election_id", "namespace", "metrics_bind_address",
         "health_probe_bind_address", "enable_metrics", "reconcile_concurrency", "qps", "burst",
         "dashboard_address_mode", "log_format", "log_level", "log_file_path", "log_file_encoder",
-        "feature_gates",
+        "feature_gates", "gateway_classes",
     )  # fmt: skip
     assert {f: getattr(configured, f) for f in fields} == {f: getattr(flagged, f) for f in fields}
     assert (flagged.qps, flagged.burst, flagged.namespace) == (50.5, 70, ["team-a", "team-b"])

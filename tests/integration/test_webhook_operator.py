@@ -9,6 +9,8 @@ the test's namespace. Then, as with KubeRay v1.7.0's webhooks:
 - a RayService whose name is too long, and one with a bad ``ray.io/initializing-timeout``,
   are refused with the validation message (HTTP 422 Invalid, ``RayService.ray.io "<name>"
   is invalid: ...``); a valid one is created;
+- a RayService upgraded incrementally through a GatewayClass that ``--gateway-classes``
+  does not list is refused naming the flag; one through a listed class is created;
 - a RayCluster with a worker group name used twice is refused;
 - ``/readyz`` includes the webhook server.
 """
@@ -65,7 +67,8 @@ def operator(
             [sys.executable, "-m", "controllers.main", "--kubeconfig",
              str(control_plane.kubeconfig), f"--namespace={namespace}", "--no-leader-elect",
              "--metrics-bind-address=0", f"--health-probe-bind-address=127.0.0.1:{probe_port}",
-             f"--webhook-bind-address=127.0.0.1:{webhook_port}", f"--webhook-cert-dir={certs}"],
+             f"--webhook-bind-address=127.0.0.1:{webhook_port}", f"--webhook-cert-dir={certs}",
+             "--gateway-classes=traefik"],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "ENABLE_WEBHOOKS": "true"},
         )  # fmt: skip
@@ -150,6 +153,23 @@ def test_invalid_rayservice_and_raycluster_are_refused_with_the_validation_messa
     valid = copy.deepcopy(service)
     valid["metadata"] = {"name": "valid"}
     assert create(control_plane, namespace, "rayservices", valid)["metadata"]["name"] == "valid"
+
+    public = copy.deepcopy(service)
+    public["metadata"] = {"name": "public"}
+    public["spec"]["upgradeStrategy"] = {
+        "type": "NewClusterWithIncrementalUpgrade",
+        "clusterUpgradeOptions": {"stepSizePercent": 25, "intervalSeconds": 30,
+                                  "gatewayClassName": "public-lb"},
+    }  # fmt: skip
+    refused = create_refused(control_plane, namespace, "rayservices", public)
+    assert (
+        'RayService.ray.io "public" is invalid: spec.upgradeStrategy.clusterUpgradeOptions.'
+        "gatewayClassName 'public-lb' is not allowed by the operator (allowed: 'traefik')"
+    ) in refused, refused
+    assert "--gateway-classes=public-lb,traefik" in refused
+    options = public["spec"]["upgradeStrategy"]["clusterUpgradeOptions"]
+    options["gatewayClassName"] = "traefik"
+    assert create(control_plane, namespace, "rayservices", public)["metadata"]["name"] == "public"
 
     cluster = sample("raycluster")
     cluster["metadata"] = {"name": "twins"}

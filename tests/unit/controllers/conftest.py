@@ -19,7 +19,9 @@ async def env(request: pytest.FixtureRequest) -> AsyncIterator[scenario.Env]:
     mode = request.node.get_closest_marker("address_mode")
     if mode is not None:
         environment.reconciler.options = reconciler_.Options(
-            address_mode=mode.args[0], gateway_api=gateway_api
+            address_mode=mode.args[0],
+            gateway_api=gateway_api,
+            gateway_classes=scenario.GATEWAY_CLASSES,
         )
     await environment.cache.start()
     try:

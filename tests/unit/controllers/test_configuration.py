@@ -60,3 +60,18 @@ def test_an_unreadable_file_says_so(tmp_path: pathlib.Path) -> None:
         configuration.load(tmp_path / "missing.yaml")
     (tmp_path / "ok.yaml").write_text(HEAD + "burst: 7\n")
     assert configuration.load(tmp_path / "ok.yaml").burst == 7
+
+
+def test_gateway_classes_are_ours_a_list_of_gatewayclass_names() -> None:
+    """Not a field of KubeRay's file: absent (KubeRay's files), it is not set and the
+    flag stands; given, each name is checked as the flag checks it."""
+    assert "gateway_classes" not in configuration.parse(HEAD).model_fields_set
+    c = configuration.parse(HEAD + "gatewayClasses: [traefik, istio]\n")
+    assert c.gateway_classes == ["traefik", "istio"]
+    assert "gateway_classes" in c.model_fields_set
+    with pytest.raises(
+        ValueError, match=r"^gatewayClasses: 'Public_LB' is not a GatewayClass name"
+    ):
+        configuration.parse(HEAD + "gatewayClasses: [traefik, Public_LB]\n")
+    with pytest.raises(ValueError, match="gatewayClasses"):
+        configuration.parse(HEAD + "gatewayClasses: traefik\n")

@@ -16,6 +16,7 @@ import structlog
 import controllers.setup
 from controllers import main
 from controllers.raycluster import reconciler as raycluster_reconciler
+from controllers.rayservice import gateway
 from controllers.rayservice import reconciler as rayservice_reconciler
 from controllers.rayservice import setup as rayservice_setup
 from runtime import log, manager
@@ -134,6 +135,14 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["--enable-leader-election=perhaps"], "--enable-leader-election"),
         (["--log-stdout-encoder", "xml"], "--log-stdout-encoder"),
         (["--metrics-cert-path", "/certs"], "--metrics-cert-path is only used with"),
+        (
+            ["--gateway-classes=Public_LB"],
+            "--gateway-classes: 'Public_LB' is not a GatewayClass name",
+        ),
+        (
+            ["--gateway-classes", "*,traefik"],
+            "--gateway-classes: '*' allows every GatewayClass: give it alone",
+        ),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -153,6 +162,7 @@ def test_bad_flags_exit_2_with_one_line_naming_them(
         ("RAYSERVICE_LEADER_ELECT", "maybe", "RAYSERVICE_LEADER_ELECT"),
         ("RAYSERVICE_LOG_FORMAT", "xml", "RAYSERVICE_LOG_FORMAT:"),
         ("RAYSERVICE_QPS", "-1", "RAYSERVICE_QPS:"),
+        ("RAYSERVICE_GATEWAY_CLASSES", "traefik,Istio", "RAYSERVICE_GATEWAY_CLASSES: 'Istio'"),
     ],
 )
 def test_bad_environment_values_exit_2_with_one_line(
@@ -716,3 +726,61 @@ def test_the_incremental_gate_and_the_gateway_api_reach_the_rayservice_options(
     options = ran.setup[0]["rayservice_options"]
     assert ran.gateway_asked == asked  # never asked when the gate is off
     assert (options.gateway_api, options.incremental_upgrade) == (gateway_api, incremental)
+
+
+def test_gateway_classes_reach_the_rayservice_options_and_the_webhooks(
+    ran: Ran, kubeconfig: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """``--gateway-classes`` (repeatable, comma-separated, or ``RAYSERVICE_GATEWAY_CLASSES``)
+    is the allow-list of both the reconciler and the webhook; none by default, and a
+    start-up line saying what that means."""
+    hooks: list[dict[str, Any]] = []
+
+    def setup_webhooks(mgr: manager.Manager, **kwargs: Any) -> list[str]:
+        hooks.append(kwargs)
+        return []
+
+    monkeypatch.setattr(main.webhooks, "setup", setup_webhooks)
+    monkeypatch.setenv("ENABLE_WEBHOOKS", "true")
+    assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
+    none = gateway.GatewayClasses()
+    assert ran.setup[0]["rayservice_options"].gateway_classes == none
+    assert hooks == [{"gateway_classes": none, "incremental": True}]
+    err = capsys.readouterr().err
+    assert "no GatewayClass is allowed (--gateway-classes)" in err
+
+    argv = ["--kubeconfig", str(kubeconfig), "--gateway-classes", "traefik,istio",
+            "--gateway-classes=envoy",
+            "--feature-gates=RayServiceIncrementalUpgrade=false"]  # fmt: skip
+    assert main.main(argv) == 0
+    allowed = gateway.GatewayClasses.parse(["envoy", "istio", "traefik"])
+    assert ran.setup[1]["rayservice_options"].gateway_classes == allowed
+    assert hooks[1] == {"gateway_classes": allowed, "incremental": False}
+
+    monkeypatch.setenv("RAYSERVICE_GATEWAY_CLASSES", "*")
+    assert main.main(["--kubeconfig", str(kubeconfig)]) == 0
+    assert ran.setup[2]["rayservice_options"].gateway_classes.every
+    assert "--gateway-classes=*: every RayService author" in capsys.readouterr().err
+
+
+def test_the_configuration_files_gateway_classes_replace_the_flag_only_when_set(
+    ran: Ran, kubeconfig: pathlib.Path, tmp_path: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    config = tmp_path / "config.yaml"
+    head = "apiVersion: config.ray.io/v1alpha1\nkind: Configuration\n"
+    config.write_text(head + "gatewayClasses: [istio]\n")
+    argv = ["--kubeconfig", str(kubeconfig), "--config", str(config),
+            "--gateway-classes=traefik"]  # fmt: skip
+    assert main.main(argv) == 0
+    options = ran.setup[0]["rayservice_options"]
+    assert options.gateway_classes == gateway.GatewayClasses.parse(["istio"])
+    assert "--gateway-classes" in capsys.readouterr().err, "named as replaced"
+    config.write_text(head)  # a KubeRay file: it has no such field, the flag stands
+    assert main.main(argv) == 0
+    options = ran.setup[1]["rayservice_options"]
+    assert options.gateway_classes == gateway.GatewayClasses.parse(["traefik"])
+    config.write_text(head + "gatewayClasses: [Istio]\n")
+    assert main.main(argv) == 2
+    assert "gatewayClasses: 'Istio' is not a GatewayClass name" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from controllers import webhooks
+from controllers.rayservice import gateway
 from runtime import manager
 from runtime.testing import fake
 from runtime.webhook import admission
@@ -91,3 +92,69 @@ def test_setup_registers_kuberays_paths_and_the_configuration_points_at_them() -
     ]
     assert [h["rules"][0]["resources"] for h in hooks] == [["rayclusters"], ["rayservices"]]
     assert all(h["failurePolicy"] == "Fail" and h["sideEffects"] == "None" for h in hooks)
+
+
+def incremental(name: str, gateway_class: str) -> dict[str, Any]:
+    options = {"stepSizePercent": 25, "intervalSeconds": 30, "gatewayClassName": gateway_class}
+    return {"metadata": {"name": name},
+            "spec": {"upgradeStrategy": {"type": "NewClusterWithIncrementalUpgrade",
+                                         "clusterUpgradeOptions": options}}}  # fmt: skip
+
+
+async def test_a_gateway_class_the_operator_does_not_allow_is_refused_at_admission() -> None:
+    """With ``--gateway-classes`` known (the webhook runs in the operator), a RayService
+    asking for a Gateway of another class is refused on create, and on an update that
+    changes its class; an update leaving the class as it was is allowed (the reconciler
+    reports it, and the operator's own finalizer updates must pass)."""
+    allowed = gateway.GatewayClasses.parse(["traefik"])
+    validator = webhooks.RayServiceValidator(gateway_classes=allowed)
+
+    async def ask(operation: str, obj: Any, old: Any = None) -> admission.Response:
+        return await admission.validating(validator).handle(
+            review("RayService", operation, obj, old)
+        )
+
+    refused = await ask("CREATE", incremental("svc", "public-lb"))
+    assert (refused.allowed, refused.code, refused.reason) == (False, 422, "Invalid")
+    assert refused.message.startswith(
+        'RayService.ray.io "svc" is invalid: spec.upgradeStrategy.clusterUpgradeOptions.'
+        "gatewayClassName 'public-lb' is not allowed by the operator (allowed: 'traefik')"
+    ), refused.message
+    assert "--gateway-classes=public-lb,traefik" in refused.message
+    assert (await ask("CREATE", incremental("svc", "traefik"))).allowed
+    changed = await ask("UPDATE", incremental("svc", "public-lb"), incremental("svc", "traefik"))
+    assert not changed.allowed
+    same = await ask("UPDATE", incremental("svc", "public-lb"), incremental("svc", "public-lb"))
+    assert same.allowed
+    both = await ask("CREATE", incremental("Bad", "public-lb"))
+    assert "is not a valid DNS-1035 label" in both.message
+    assert "ending with a letter or digit); spec.upgradeStrategy" in both.message, "both, joined"
+    # The gate off: the strategy behaves as None, no Gateway is made, nothing to refuse.
+    off = webhooks.RayServiceValidator(gateway_classes=allowed, incremental=False)
+    answer_off = await admission.validating(off).handle(
+        review("RayService", "CREATE", incremental("svc", "public-lb"))
+    )
+    assert answer_off.allowed
+    # Without a list (KubeRay's validator): KubeRay's rules only.
+    assert (await answer("RayService", "CREATE", incremental("svc", "public-lb"))).allowed
+
+
+def test_setup_hands_the_allow_list_to_the_rayservice_webhook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registered: list[Any] = []
+
+    def register_for(server: Any, resource: Any, *, validator: Any) -> list[str]:
+        registered.append(validator)
+        return []
+
+    monkeypatch.setattr(webhooks.webhook_server, "register_for", register_for)
+    mgr = manager.Manager(fake.FakeClient(), manager.Options(name="t"))  # type: ignore[arg-type]
+    allowed = gateway.GatewayClasses.parse(["traefik"])
+    webhooks.setup(mgr, gateway_classes=allowed, incremental=False)
+    (service,) = [v for v in registered if isinstance(v, webhooks.RayServiceValidator)]
+    assert (service.gateway_classes, service.incremental) == (allowed, False)
+    registered.clear()
+    webhooks.setup(mgr)
+    (service,) = [v for v in registered if isinstance(v, webhooks.RayServiceValidator)]
+    assert service.gateway_classes is None, "without a list: KubeRay's rules only"

@@ -68,6 +68,11 @@ def rayservice(**spec: Any) -> dict[str, Any]:
             "metadata": {"name": "demo", "namespace": "ns"}, "spec": body}  # fmt: skip
 
 
+GATEWAY_CLASSES = gateway.GatewayClasses.parse([gateway.ANY_CLASS])
+"""The operator's ``--gateway-classes`` here: every class (the scenarios' Gateways name
+several; the allow-list itself is pinned by test_incremental.py and test_webhooks.py)."""
+
+
 class Env:
     def __init__(self, *, gateway_api: bool = False) -> None:
         registry = resources.default_registry.copy()
@@ -89,7 +94,9 @@ class Env:
         self.now = T0
         self.reconciler = reconciler_.Reconciler(
             self.client, self.cache, self.recorder, self.dashboards,
-            reconciler_.Options(address_mode="pod-ip", gateway_api=gateway_api),
+            reconciler_.Options(
+                address_mode="pod-ip", gateway_api=gateway_api, gateway_classes=GATEWAY_CLASSES
+            ),
             clock=lambda: self.now,
         )  # fmt: skip
         self.ips = iter(f"198.18.0.{i}" for i in range(1, 250))

@@ -30,7 +30,9 @@ from controllers.rayservice import snapshot as snapshot_
 from runtime import clock
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
-SETTINGS = plan.Settings()
+ALLOWED = gateway.GatewayClasses.parse(["traefik"])
+"""The operator allows the tests' class (``--gateway-classes=traefik``)."""
+SETTINGS = plan.Settings(gateway_classes=ALLOWED)
 SERVE_CONFIG = "applications:\n  - name: fruit\n    import_path: fruit:app\n"
 CONFIG = {"applications": [{"name": "fruit", "import_path": "fruit:app"}]}
 OPTIONS = {
@@ -432,7 +434,7 @@ def test_a_third_spec_mid_upgrade_rolls_back_before_a_new_cluster() -> None:
 
 def test_with_the_gate_off_the_strategy_behaves_as_none() -> None:
     svc = service(NEW)
-    off = plan.Settings(incremental=False)
+    off = plan.Settings(incremental=False, gateway_classes=ALLOWED)
     snap = snapshot_.Snapshot(
         service=svc, validated=validation.validate(svc, incremental=False), owned=(A,),
         head_svc=services.head_service(svc, A), serve_svc=services.serve_service(svc, A),
@@ -451,6 +453,56 @@ def test_without_the_gateway_api_the_service_says_so_and_stops() -> None:
     ready = next(c for c in p.status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "GatewayAPIUnavailable"
     assert [e.reason for e in p.events] == ["GatewayAPIUnavailable"]
+
+
+def test_a_class_the_operator_does_not_allow_gets_no_gateway_and_says_which_flag() -> None:
+    """Secure default: no ``--gateway-classes``, no Gateway of any class. The service is
+    reported (a condition and one Warning naming the flag), nothing is created, and the
+    error is terminal: no retry loop; a restart with the class allowed plans it again."""
+    svc = service(OLD)
+    snap = snapshot(svc, [A], active=None, serve=view(A, None, "DEPLOYING"))
+    p = make(snap, plan.Settings())
+    assert p.gateway_points == ()
+    assert p.clusters == ()
+    assert p.cluster_services == ()
+    assert p.submit is None
+    assert p.error is not None
+    assert p.error.terminal
+    assert p.status is not None
+    ready = next(c for c in p.status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "GatewayClassNotAllowed")
+    assert "gatewayClassName 'traefik' is not allowed" in ready["message"]
+    assert "--gateway-classes=traefik" in ready["message"]
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "GatewayClassNotAllowed")]
+    assert p.events[0].message == ready["message"]
+    other = plan.Settings(gateway_classes=gateway.GatewayClasses.parse(["istio"]))
+    assert make(snap, other).gateway_points == ()
+    # Allowed (by name, or every class with '*'): the same snapshot gets its Gateway.
+    for allowed in (ALLOWED, gateway.GatewayClasses.parse(["*"])):
+        p = make(snap, plan.Settings(gateway_classes=allowed))
+        assert [pt.desired["spec"]["gatewayClassName"] for pt in p.gateway_points] == ["traefik"]
+        assert p.error is None
+
+
+def test_a_class_not_allowed_mid_upgrade_stops_without_touching_the_objects() -> None:
+    """An operator restarted without the class while a Gateway of it exists (made before,
+    or by KubeRay): nothing is written, the route's weights stay where they are."""
+    p = make(upgrade({A_NAME: 75, B_NAME: 25}, 100, 50), plan.Settings())
+    assert (p.gateway_points, p.clusters, p.capacity) == ((), (), None)
+    assert p.error is not None
+    assert p.error.terminal
+
+
+def test_the_gate_off_needs_no_allowed_class() -> None:
+    svc = service(NEW)
+    snap = snapshot_.Snapshot(
+        service=svc, validated=validation.validate(svc, incremental=False), owned=(A,),
+        head_svc=services.head_service(svc, A), serve_svc=services.serve_service(svc, A),
+        endpoints=1, serve=view(A, None),
+    )  # fmt: skip
+    p = make(snap, plan.Settings(incremental=False))
+    assert p.error is None
+    assert p.gateway_points == ()
 
 
 def test_a_gateway_we_do_not_control_is_never_written() -> None:

@@ -226,7 +226,10 @@ async def test_a_restart_mid_upgrade_continues_from_the_objects(env: Env) -> Non
     # a new operator process: nothing in memory
     env.reconciler = reconciler_.Reconciler(
         env.client, env.cache, env.recorder, env.dashboards,
-        reconciler_.Options(address_mode="pod-ip", gateway_api=True), clock=lambda: env.now,
+        reconciler_.Options(
+            address_mode="pod-ip", gateway_api=True, gateway_classes=scenario.GATEWAY_CLASSES
+        ),
+        clock=lambda: env.now,
     )  # fmt: skip
     puts = env.fake(new).put_count
     await converge(env, world, 1, seconds=0.0)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controllers.rayservice import validation
+from controllers.rayservice import gateway, validation
 
 Obj = dict[str, Any]
 
@@ -308,6 +308,30 @@ def test_with_the_gate_off_incremental_options_are_not_checked() -> None:
     svc = incremental({**GOOD_OPTIONS, "intervalSeconds": 0}, autoscaling=False)
     assert validation.problems(svc, incremental=False) == []
     assert validation.problems(svc) != []
+
+
+def test_the_gateway_class_is_checked_against_the_operators_allow_list() -> None:
+    """:func:`validation.gateway_class_problems`: what the webhook adds to KubeRay's rules
+    when it knows ``--gateway-classes``. A class is only asked for by an incremental
+    upgrade with the gate on; :func:`validation.problems` does not look at the list (the
+    spec is valid; the operator's policy is reported on its own reason)."""
+    allowed = gateway.GatewayClasses.parse(["traefik"])
+    svc = incremental({**GOOD_OPTIONS, "gatewayClassName": "public-lb"})
+    (problem,) = validation.gateway_class_problems(svc, allowed)
+    assert problem.startswith(
+        "spec.upgradeStrategy.clusterUpgradeOptions.gatewayClassName 'public-lb' is not allowed"
+    )
+    assert "--gateway-classes=public-lb,traefik" in problem
+    assert validation.problems(svc) == []
+    assert validation.requested_gateway_class(svc) == "public-lb"
+    assert validation.gateway_class_problems(incremental(GOOD_OPTIONS), allowed) == []
+    assert validation.gateway_class_problems(svc, gateway.GatewayClasses.parse(["*"])) == []
+    assert validation.gateway_class_problems(svc, allowed, incremental=False) == []
+    assert validation.requested_gateway_class(svc, incremental=False) is None
+    unnamed = incremental({**GOOD_OPTIONS, "gatewayClassName": ""})
+    for other in (service(), service(upgradeStrategy={"type": "NewCluster"}), incremental(None),
+                  unnamed):  # fmt: skip
+        assert validation.gateway_class_problems(other, gateway.GatewayClasses()) == []
 
 
 @pytest.mark.parametrize("kind", ["NewCluster", "None", None])
