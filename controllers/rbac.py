@@ -13,8 +13,14 @@ behalf:
 
 - ``list`` + ``watch``: every kind a controller caches (its own kind, owned kinds);
   ``get`` only where something GETs: the status writer's re-read of its own kind after
-  a 409, the RBAC objects read without the cache, and what the autoscaler's Role grants
-  (escalation prevention); a cached kind needs no ``get``.
+  a 409, the RBAC objects and the token Secrets read without the cache, and what the
+  autoscaler's Role grants (escalation prevention); a cached kind needs no ``get``.
+- **Secrets are never listed or watched**: ``get`` (a Secret whose name the operator
+  knows, ``<cluster>`` or ``authOptions.secretName``) and ``create``. A label-filtered
+  cache would bound the operator's memory, not what its token may read: with
+  ``list``/``watch`` the token could enumerate every credential of every namespace.
+  RBAC cannot grant by label, nor by a name decided at run time, so by-name reads are
+  ``get`` on all Secrets, never a listing of them.
 - ``create`` / ``update`` / ``delete``: :func:`runtime.objects.create_or_update`
   writes with ``update`` (PUT), never ``patch``; pods and RayClusters the
   reconcilers remove are deleted.
@@ -91,18 +97,23 @@ RAYCLUSTER: tuple[Rule, ...] = (
     Rule("", "serviceaccounts", "get create"),
     Rule("rbac.authorization.k8s.io", "roles", "get create"),
     Rule("rbac.authorization.k8s.io", "rolebindings", "get create"),
-    Rule("", "secrets", "list watch create"),
+    Rule("", "secrets", "get create"),
     Rule("batch", "jobs", "list watch create"),
     Rule("events.k8s.io", "events", "create patch"),
 )
 """The RayCluster reconciler: owns head and worker pods, the head (and serve) service,
-for token authentication the Secret holding the token (cached, but only the Secrets
-labelled ``ray.io/cluster``: see :func:`controllers.setup.cache_by_resource`), and, for in-tree
+for token authentication the Secret holding the token (``<cluster>``: read by ``get``
+to know whether it exists, created when not; never cached), and, for in-tree
 autoscaling, the autoscaler's ServiceAccount, Role and RoleBinding.
 Creating a Role requires holding what it grants (RBAC escalation prevention):
-the autoscaler's Role grants ``get list watch patch`` on pods, ``patch`` on
-``pods/resize`` and ``get patch`` on rayclusters, so those ``patch`` verbs are
-here for that reason only (the reconciler itself never patches). The autoscaler's
+the autoscaler's Role grants ``get list watch patch`` on the namespace's pods, ``patch``
+on ``pods/resize`` and ``get patch`` on its own RayCluster (by name), so this
+reconciler, which never patches, declares them for that reason only. Of those,
+``pods`` ``get`` and ``pods/resize`` ``patch`` are held for nothing else: the RayService
+reconciler patches pods (the head's ``ray.io/serve`` label) and RayClusters (annotations)
+itself. ``escalate`` cannot replace them: limited to one Role name it does not cover a
+create (the request carries no name), and unlimited it lets the holder write any Role.
+The autoscaler's
 ServiceAccount, Role and RoleBinding are read by ``get`` (never list/watched: the
 operator has no business caching every Role of the cluster). GCS fault tolerance: the
 Redis clean-up finalizer is added and removed with ``update`` on the RayCluster, and the
@@ -117,7 +128,7 @@ RAYSERVICE: tuple[Rule, ...] = (
     Rule("", "services", "list watch create update"),
     Rule("", "pods", f"{_READ} patch"),
     Rule("discovery.k8s.io", "endpointslices", "list watch"),
-    Rule("", "secrets", "get list watch"),
+    Rule("", "secrets", "get"),
     Rule("events.k8s.io", "events", "create patch"),
     # NewClusterWithIncrementalUpgrade: its Gateway and HTTPRoute (KubeRay v1.7.0's verbs
     # but delete: they go with the RayService, by garbage collection)
@@ -128,8 +139,8 @@ RAYSERVICE: tuple[Rule, ...] = (
 with merge patches, deleted) and the head and serve services, labels the head pod
 (``ray.io/serve``, a merge patch), counts serve endpoints from EndpointSlices, and
 keeps a finalizer on the RayService (``update`` on it). With token authentication it
-reads the cluster's token: from the (filtered) cache, and a Secret the user named in
-``authOptions.secretName`` by ``get``."""
+reads the cluster's token Secret (``<cluster>``, or the user's ``authOptions.secretName``)
+by ``get`` (:mod:`controllers.rayservice.tokens`)."""
 
 KUBERNETES_PROXY: tuple[Rule, ...] = (
     Rule("", "services/proxy", "get update"),

@@ -46,12 +46,11 @@ def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
       not created again (AlreadyExists on every pass). EndpointSlices carry their
       Service's labels (the EndpointSlice controller copies them) and are read by
       ``kubernetes.io/service-name``, whose values are not known in advance.
-    - **Secrets**: only those labelled ``ray.io/cluster`` (any value): the token Secrets
-      of clusters with token authentication, which the RayCluster controller creates with
-      that label (KubeRay v1.7.0 too). KubeRay caches every Secret of the cluster; here a
-      user's own ``authOptions.secretName`` Secret is read by GET instead
-      (:mod:`controllers.rayservice.tokens`), so the operator's memory never holds the
-      cluster's other credentials.
+    - **Secrets**: none. KubeRay caches every Secret of the cluster; here the token
+      Secrets are read by name with GET (:mod:`controllers.rayservice.tokens`, the
+      RayCluster controller's look before it creates one), so the operator's token needs
+      no ``list``/``watch`` on Secrets (:mod:`controllers.rbac`) and its memory holds no
+      credential it was not asked for.
     - **Jobs**: those labelled ``app.kubernetes.io/created-by=kuberay-operator``, as
       KubeRay v1.7.0's cache: the GCS fault tolerance Redis clean-up Jobs (they carry the
       head pod's labels), KubeRay's or ours.
@@ -61,9 +60,6 @@ def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
     return {
         raycluster_interface.PODS: cache.ByResource(
             label_selector=raycluster_interface.CACHE_SELECTOR
-        ),
-        raycluster_interface.SECRETS: cache.ByResource(
-            label_selector=raycluster_interface.AUTH_SECRET_SELECTOR
         ),
         raycluster_interface.JOBS: cache.ByResource(
             label_selector=raycluster_interface.JOB_CACHE_SELECTOR

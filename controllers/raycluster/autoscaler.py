@@ -26,6 +26,15 @@ With ``spec.enableInTreeAutoscaling: true`` KubeRay
   rayclusters: get, patch) and a RoleBinding, all named after the cluster through
   :func:`controllers.raycluster.names.clip` (:func:`rbac_objects`).
 
+One difference, on purpose: KubeRay's Role lets the head pod's account get and patch
+**every** RayCluster of the namespace; here the ``rayclusters`` rule names the cluster
+(``resourceNames``), which is all the autoscaler reads and patches (``rayclusters/<its
+name>``), so code in one cluster's head cannot rewrite another cluster's spec. The pod
+rules stay namespace-wide: the autoscaler lists the cluster's pods by label, and
+patches (``ray.io/ippr-status``) and resizes pods by names that do not exist yet when
+the Role is made. A Role that already exists (one KubeRay made) is never rewritten:
+deleted, it is made again, narrowed, at the cluster's next pass.
+
 >>> cluster = v1.RayCluster.model_validate({
 ...     "metadata": {"name": "auto", "namespace": "ns"},
 ...     "spec": {"enableInTreeAutoscaling": True, "autoscalerOptions": {"image": "my/as:1"},
@@ -70,10 +79,9 @@ CONTAINER_NAME = "autoscaler"
 LOG_VOLUME = ("ray-logs", "/tmp/ray")
 """The volume name and mount path shared by the Ray container and the sidecar."""
 
-_RULES = (
+_POD_RULES = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
-    {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "patch"]},
 )
 
 
@@ -181,12 +189,19 @@ def service_account(
 
 
 def role(cluster: v1.RayCluster, *, created_by: str = names.CREATED_BY) -> dict[str, Any]:
-    """The Role that lets the autoscaler read and patch the cluster's pods and the RayCluster."""
+    """The Role that lets the autoscaler read and patch the namespace's pods and this
+    RayCluster (by name: no other)."""
+    own = {
+        "apiGroups": ["ray.io"],
+        "resources": ["rayclusters"],
+        "resourceNames": [_cluster_name(cluster)],
+        "verbs": ["get", "patch"],
+    }
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": _metadata(cluster, names.clip(_cluster_name(cluster)), created_by),
-        "rules": copy.deepcopy(list(_RULES)),
+        "rules": [*copy.deepcopy(list(_POD_RULES)), own],
     }
 
 

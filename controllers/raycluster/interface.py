@@ -31,7 +31,6 @@ from controllers.raycluster import (
 )
 
 __all__ = [
-    "AUTH_SECRET_SELECTOR",
     "AUTH_TOKEN_KEY",
     "CACHE_SELECTOR",
     "CLUSTER_LABEL",
@@ -70,9 +69,6 @@ JOB_CACHE_SELECTOR = redis_cleanup.CACHE_SELECTOR
 SERVICES = services.SERVICES
 SECRETS = auth.SECRETS
 AUTH_TOKEN_KEY = auth.TOKEN_KEY
-AUTH_SECRET_SELECTOR = names.CLUSTER_LABEL
-"""The Secrets the manager's cache holds: those labelled ``ray.io/cluster`` (the token
-Secrets the RayCluster controller creates, and KubeRay too), not every Secret."""
 
 CLUSTER_LABEL = names.CLUSTER_LABEL
 NODE_TYPE_LABEL = names.NODE_TYPE_LABEL

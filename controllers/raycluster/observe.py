@@ -2,8 +2,9 @@
 :class:`~controllers.raycluster.snapshot.Snapshot` that nothing changes afterwards.
 
 It writes nothing and reads the cache, never the API server - but for the autoscaler's
-ServiceAccount, Role and RoleBinding, read by GET (the operator has no business caching
-every Role of the cluster). What it finds:
+ServiceAccount, Role and RoleBinding and the token Secret, read by GET (the operator has
+no business caching every Role of the cluster, and may not list or watch Secrets). What
+it finds:
 
 - the RayCluster validated once (``api.v1.RayCluster``, then
   :func:`controllers.raycluster.validation.problems`); nothing else is read for one

@@ -107,7 +107,8 @@ class Create:
     object: one that exists meanwhile is left alone, another refusal is an error."""
     cached: bool = True
     """An owned object looked up in the cache; False: by GET (the autoscaler's RBAC: the
-    operator has no business watching every Role of the cluster)."""
+    operator has no business watching every Role of the cluster; the token Secret: its
+    token may not list or watch Secrets at all, :mod:`controllers.rbac`)."""
     must_own: bool = False
     """The autoscaler's Role: one that exists meanwhile must be controlled by the cluster
     (:func:`role_not_owned` when not)."""
@@ -233,7 +234,7 @@ def owned(
         wanted.append(Create(resource, desired, cached=False, must_own=resource.kind == "Role"))
     secret = auth.generated_secret(cluster)
     if secret is not None:  # before the pods, whose env refers to it
-        wanted.append(Create(auth.SECRETS, secret))
+        wanted.append(Create(auth.SECRETS, secret, cached=False))
     head = services.head_service(cluster, created_by=options.created_by)
     wanted.append(Create(services.SERVICES, head))
     if annotations.get(names.ENABLE_SERVE_SERVICE_ANNOTATION) == "true":

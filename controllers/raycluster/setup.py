@@ -1,9 +1,11 @@
 """Wiring the RayCluster controller to a manager (controller-runtime keeps
 ``SetupWithManager`` beside ``Reconcile``): :func:`setup` reconciles RayClusters on
 changes to their spec, labels or annotations (its own status writes and metadata noise
-do not wake it) and on any change to the pods, services, token Secrets (a deleted one is
-made again, as KubeRay does) and Redis clean-up Jobs it controls. :data:`RBAC` is what it
-needs in the API server (``config/rbac/role.yaml`` is generated from it).
+do not wake it) and on any change to the pods, services and Redis clean-up Jobs it
+controls. Token Secrets are not watched (KubeRay watches them): the operator may not list
+or watch Secrets (:mod:`controllers.rbac`), so a deleted one is made again at the
+cluster's next pass, not at once. :data:`RBAC` is what it needs in the API server
+(``config/rbac/role.yaml`` is generated from it).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import api.v1 as v1
 from controllers import rbac
-from controllers.raycluster import auth, pods, redis_cleanup, services
+from controllers.raycluster import pods, redis_cleanup, services
 from controllers.raycluster import reconciler as reconciler_
 from runtime import builder, predicate
 from runtime import controller as controller_
@@ -61,7 +63,6 @@ def setup(
         .for_(v1.RAYCLUSTERS, predicates=(predicate.spec_or_metadata_changed,))
         .owns(pods.PODS, delay=child_event_delay)
         .owns(services.SERVICES, delay=child_event_delay)
-        .owns(auth.SECRETS, delay=child_event_delay)
         .owns(redis_cleanup.JOBS, delay=child_event_delay)
         .with_options(
             max_concurrent_reconciles=max_concurrent_reconciles,

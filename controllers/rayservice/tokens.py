@@ -9,22 +9,17 @@ mode (a header, so it passes the API server's proxy, which consumes
 ``Authorization``). The Secret is ``authOptions.secretName``, else ``<cluster>``
 (:func:`controllers.raycluster.interface.auth_secret_name`), key ``auth_token``.
 
-**Where it is read**, without a request per poll:
-
-- from the manager's cache, which holds the Secrets labelled ``ray.io/cluster`` only
-  (:func:`controllers.setup.cache_by_resource`): the ones the RayCluster controller creates,
-  and KubeRay before a hand-over. Watch-fed: a recreated Secret is seen at once, and a
-  read costs nothing;
-- a Secret not there (a user's ``secretName``, unlabelled) by one GET, remembered per
-  namespace and name; :meth:`Tokens.forget` drops it when Ray refused the token, so a
-  rotated Secret is read again on the next pass. That memory is a cache, nothing more:
-  a restarted operator reads the Secret again.
+**Where it is read**, without a request per poll: by one GET of the Secret, remembered
+per namespace and name; :meth:`Tokens.forget` drops it when Ray refused the token, so a
+rotated or re-made Secret is read again on the next pass. That memory is a cache,
+nothing more: a restarted operator reads the Secret again. The token is never logged;
+an error names the Secret, not its content.
 
 KubeRay v1.7.0 reads the Secret through its cache on every dashboard client it makes,
 and caches **every** Secret of the cluster to do so (unfiltered): the operator's memory
 then holds every credential of every namespace, and it needs ``list``/``watch`` on all
-Secrets. Here the cache holds only the Secrets made for Ray clusters, and a user's named
-Secret costs one ``get``.
+Secrets. Here the operator holds no Secret it was not asked for, and may only ``get``
+Secrets by name (:mod:`controllers.rbac`).
 
 A missing Secret or key is :class:`TokenUnavailable` (the pass reports it as the
 dashboard's failure and retries with backoff); nothing is sent without the token.
@@ -38,7 +33,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from controllers.raycluster import interface as raycluster
-from runtime.cache import cache as cache_
 from runtime.client import errors
 
 __all__ = ["TokenUnavailable", "Tokens"]
@@ -51,11 +45,10 @@ class TokenUnavailable(Exception):
 class Tokens:
     """Reads clusters' Ray auth tokens (see the module docstring)."""
 
-    def __init__(self, client: Any, cache: cache_.Cache) -> None:
+    def __init__(self, client: Any) -> None:
         self.client = client
-        self.cache = cache
         self._named: dict[tuple[str, str], str] = {}
-        """Tokens read by GET (Secrets outside the cache), by (namespace, name)."""
+        """Tokens read by GET, by (namespace, name)."""
 
     async def token_for(self, cluster: Mapping[str, Any]) -> str | None:
         """The raw RayCluster ``cluster``'s token; None when it has no token auth."""
@@ -63,12 +56,6 @@ class Tokens:
         if name is None:
             return None
         namespace = str(cluster["metadata"]["namespace"])
-        try:
-            secret = await self.cache.get(raycluster.SECRETS, namespace, name)
-        except errors.NotFound:
-            pass
-        else:
-            return _token(secret, namespace, name)
         key = (namespace, name)
         if key in self._named:
             return self._named[key]

@@ -27,14 +27,6 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   - ''
   resources:
   - secrets
-  verbs:
-  - create
-  - get
-  - list
-  - watch
-- apiGroups:
-  - ''
-  resources:
   - serviceaccounts
   verbs:
   - create

@@ -288,9 +288,10 @@ def test_role_is_the_merged_declarations() -> None:
     assert granted[("events.k8s.io", "events")] == {"create", "patch"}
     assert ("", "events") not in granted, "Events go to events.k8s.io/v1 only"
     assert not any("*" in verbs for verbs in granted.values())
-    # token auth: the labelled token Secrets cached, created; a user's named one by GET.
-    # Never update or delete (a token Secret is never rewritten; the GC removes it).
-    assert granted[("", "secrets")] == {"get", "list", "watch", "create"}
+    # token auth: token Secrets read by name (GET) and created, never listed or watched
+    # (the token could then enumerate every credential). Never update or delete (a token
+    # Secret is never rewritten; the GC removes it).
+    assert granted[("", "secrets")] == {"get", "create"}
     declared = {(r.group, r.resource) for rules in rbac.DECLARATIONS.values() for r in rules}
     assert set(granted) == declared
 

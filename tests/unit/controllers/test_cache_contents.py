@@ -1,17 +1,16 @@
-"""``controllers.setup.cache_by_resource``: the manager's cache holds Ray pods, the token Secrets
-and KubeRay's Jobs only, and every pod and Redis clean-up Job the RayCluster builders make
-is one of them (else the operator would not see its own)."""
+"""``controllers.setup.cache_by_resource``: the manager's cache holds Ray pods and KubeRay's
+Jobs only, and every pod and Redis clean-up Job the RayCluster builders make is one of them
+(else the operator would not see its own); no Secret at all (they are read by name)."""
 
 from __future__ import annotations
 
 import controllers.setup
 from api import v1
-from controllers.raycluster import auth, pods, redis_cleanup
+from controllers.raycluster import pods, redis_cleanup
 from runtime.cache import selector
 from runtime.client import resources
 
 POD = resources.default_registry.for_kind("v1", "Pod")
-SECRET = resources.default_registry.for_kind("v1", "Secret")
 JOB = resources.default_registry.for_kind("batch/v1", "Job")
 
 
@@ -25,11 +24,9 @@ def cluster(labels: dict[str, str]) -> v1.RayCluster:
     })  # fmt: skip
 
 
-def test_pods_are_filtered_as_kuberay_v1_7_does_and_secrets_more_than_it_does() -> None:
+def test_pods_are_filtered_as_kuberay_v1_7_does_and_secrets_are_not_cached() -> None:
     by = controllers.setup.cache_by_resource()
-    assert list(by) == [POD, SECRET, JOB]
-    assert by[SECRET].label_selector == "ray.io/cluster"
-    assert by[SECRET].transform is None
+    assert list(by) == [POD, JOB], "no Secrets: the operator may not list or watch them"
     assert by[POD].label_selector == "ray.io/node-type in (head,worker,redis-cleanup)"
     assert by[JOB].label_selector == "app.kubernetes.io/created-by=kuberay-operator"
     for resource in (POD, JOB):
@@ -62,17 +59,3 @@ def test_every_pod_we_build_is_in_the_cache_and_other_pods_are_not() -> None:
     assert not sel.matches({"app": "web"})
     assert not sel.matches({"ray.io/cluster": "demo"}), "a cluster label alone is not enough"
     assert not sel.matches({"ray.io/node-type": "other"})
-
-
-def test_the_token_secret_we_make_is_in_the_cache_and_other_secrets_are_not() -> None:
-    sel = selector.parse(controllers.setup.cache_by_resource()[SECRET].label_selector or "")
-    c = v1.RayCluster.model_validate({
-        "metadata": {"name": "demo", "namespace": "ns"},
-        "spec": {"rayVersion": "2.60.0", "authOptions": {"mode": "token"},
-                 "headGroupSpec": {"template": {}}},
-    })  # fmt: skip
-    secret = auth.generated_secret(c)
-    assert secret is not None
-    assert sel.matches(secret["metadata"]["labels"])
-    assert not sel.matches({}), "a Secret without the label (a user's, a token) stays out"
-    assert not sel.matches({"app": "web"})

@@ -165,8 +165,8 @@ async def _life(env: Env, op: Operator) -> None:
     await env.client.update(cluster)
     await env.synced()
     await op.cluster("auto")
-    # token auth: the RayCluster controller makes the token Secret (the cache lists and
-    # watches the labelled ones); a user's named Secret is read by GET for the dashboard
+    # token auth: the RayCluster controller looks the token Secret up by GET and makes it;
+    # a user's named Secret is read by GET for the dashboard (Secrets are never listed)
     tok = rayservice()["spec"]["rayClusterConfig"]
     tok["authOptions"] = {"mode": "token"}
     await env.client.create(
@@ -181,7 +181,7 @@ async def _life(env: Env, op: Operator) -> None:
     )  # fmt: skip
     named = {"metadata": {"name": "tok", "namespace": "ns"},
              "spec": {**tok, "authOptions": {"mode": "token", "secretName": "mine"}}}  # fmt: skip
-    await op._run(tokens.Tokens(env.client, env.cache).token_for(named))
+    await op._run(tokens.Tokens(env.client).token_for(named))
     # a GCS fault-tolerant RayCluster: its Redis clean-up finalizer (update), then deleted:
     # pods deleted, the clean-up Job created (and listed and watched through the cache)
     ft = rayservice()["spec"]["rayClusterConfig"]

@@ -186,9 +186,11 @@ def test_rbac_objects() -> None:
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
-            {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "patch"]},
+            # KubeRay's rule has no resourceNames: every RayCluster of the namespace.
+            {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": ["auto"],
+             "verbs": ["get", "patch"]},
         ],
-    }
+    }  # fmt: skip
     assert binding == {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
@@ -213,4 +215,5 @@ def test_long_cluster_names_are_clipped_from_the_front() -> None:
     assert role["metadata"]["name"] == "b" * 50
     assert binding["roleRef"]["name"] == "b" * 50
     assert role["metadata"]["labels"]["ray.io/cluster"] == name
+    assert role["rules"][-1]["resourceNames"] == [name], "the RayCluster's own name, unclipped"
     assert pods.head_pod(make(name=name))["spec"]["serviceAccountName"] == "b" * 50

@@ -73,8 +73,9 @@ async def test_the_generated_token_goes_with_every_request_in_every_mode(
     await env.reconcile()  # the poll
     assert env.fake(name).put_count == 1
     assert tokens_sent(env, name) == {"s3cret"}
-    # the cache lists and watches the labelled Secrets (on first use): never a GET
-    assert not [c for c in env.client.calls[before:] if c[:2] == ("get", "secrets")]
+    # one GET of the Secret by name, then remembered; Secrets are never listed or watched
+    assert [c for c in env.client.calls[before:] if c[1] == "secrets"] == [("get", "secrets", "")]
+    assert not [c for c in env.client.calls if c[1] == "secrets" and c[0] in ("list", "watch")]
 
 
 async def test_without_token_auth_no_token_and_no_secret_read(env: Env) -> None:
@@ -132,7 +133,7 @@ async def test_a_secret_without_the_key_sends_nothing(env: Env) -> None:
 
 
 async def test_tokens_reads_nothing_for_a_cluster_without_token_auth(env: Env) -> None:
-    reader = tokens.Tokens(env.client, env.cache)
+    reader = tokens.Tokens(env.client)
     cluster = {"metadata": {"name": "c", "namespace": "ns"},
                "spec": {"headGroupSpec": {"template": {}}}}  # fmt: skip
     assert await reader.token_for(cluster) is None
