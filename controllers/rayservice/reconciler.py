@@ -150,7 +150,7 @@ class Reconciler:
             client, cache, volatile=report.VOLATILE, clock=lambda: self.clock()
         )  # a spec update meanwhile: STALE at once, not a 409
         self.executor = act.Executor(client, recorder, self.writer)
-        self.tokens = tokens.Tokens(client, cache)
+        self.tokens = tokens.Tokens(client)
         self.log = structlog.get_logger("controllers.rayservice")
         self._memory: dict[reconcile_.Request, plan_.Memory] = {}
         """Hints per RayService (:class:`controllers.rayservice.plan.Memory`)."""
