@@ -181,6 +181,7 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 	$(PY) hack/bench/cache.py
 	$(PY) hack/bench/cache_filter.py
 	$(PY) hack/bench/metrics_flood.py
+	$(PY) hack/bench/webhook_flood.py
 	$(PY) hack/bench/raycluster.py --clusters $${BENCH_CLUSTERS:-200}
 	$(PY) hack/bench/simulator.py
 
