@@ -56,7 +56,9 @@ authenticates and authorizes (TokenReview, then a SubjectAccessReview for ``get`
 (``tls.crt``) and key ``--metrics-cert-key`` (``tls.key``) of the directory
 ``--metrics-cert-path`` (read again when rotated), or without it a self-signed
 certificate made at start, as kubebuilder's scaffold. Off by default (kubebuilder's is on):
-KubeRay serves plain HTTP, and its manifests and dashboards scrape that.
+KubeRay serves plain HTTP, and its manifests and dashboards scrape that. The manifests
+shipped here do not keep that default: the Helm chart turns ``--metrics-secure`` on and
+``config/default`` binds ``/metrics`` to the pod's loopback (docs/operator/security.md).
 
 The manager registers every reconciler :func:`controllers.setup.setup` knows, then
 serves ``/metrics`` and ``/healthz``/``/readyz`` and runs until SIGTERM or SIGINT

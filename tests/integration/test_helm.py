@@ -7,8 +7,12 @@ leader-election Role's ``config/rbac/leader_election_role.yaml``'s; the Deployme
 are flags ``rayservice-manager`` accepts with the meaning the values give them. With
 ``watchNamespace`` (or ``singleNamespaceInstall``) a Role and a RoleBinding in each
 watched namespace replace the ClusterRole, and the manager gets ``--namespace``.
-``metrics.secure`` adds ``--metrics-secure`` with its certificate Secret mounted, the
-ClusterRoles of ``config/overlays/metrics-secure`` and an HTTPS ServiceMonitor endpoint.
+``/metrics`` is secure by default (``--metrics-secure``, a self-signed certificate or the
+``metrics.secure.certSecret`` mounted, the ClusterRoles of
+``config/overlays/metrics-secure``, an HTTPS ServiceMonitor endpoint with Prometheus'
+token); ``metrics.secure.enabled=false`` is KubeRay's plain HTTP. ``networkPolicy`` (off
+by default, on in ``values-hardened.yaml``) admits only the metrics port from the
+namespaces named and the webhook port from the API server's addresses.
 
 KubeRay v1.7.0's own values file (``testdata/kuberay-v1.7.0/values.yaml``, verbatim)
 renders, every argument is a flag ``rayservice-manager --help`` lists, and each of its
@@ -26,9 +30,11 @@ On the real control plane: ``helm lint`` passes; ``helm install`` into a fresh n
 security context is right) creates what the chart renders; ``rayservice-manager`` run on
 the host as the chart's ServiceAccount (a TokenRequest token: exactly the chart's RBAC)
 with the installed Deployment's args acquires its Lease and answers ``/readyz`` (its
-caches synced, which needs list and watch on every kind it reconciles), and releases the
-Lease on SIGTERM; ``helm uninstall`` removes everything the release created except the
-CRDs, which Helm never deletes for a chart's ``crds/`` (asserted). If ray.io CRDs are
+caches synced, which needs list and watch on every kind it reconciles), serves
+``/metrics`` only to a token of an account the chart bound to the reader role (401
+without one, 403 for another account), and releases the Lease on SIGTERM; ``helm
+uninstall`` removes everything the release created except the CRDs, which Helm never
+deletes for a chart's ``crds/`` (asserted). If ray.io CRDs are
 already installed (other modules install ``config/crd/bases``), the install uses
 ``--skip-crds`` and the test checks they are left untouched.
 
@@ -44,6 +50,7 @@ import pathlib
 import re
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -138,9 +145,15 @@ def test_chart_version_and_crds_agree_with_the_project(helm: pathlib.Path) -> No
     assert template(helm, "--skip-crds") == template(helm), "crds/ are not rendered by default"
 
 
+def named(objs: list[Obj], kind: str, name: str) -> Obj:
+    [found] = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
 def test_cluster_role_has_the_rules_of_config_rbac(helm: pathlib.Path) -> None:
     objs = template(helm, namespace="ops", release="rso")
-    role, binding = only(objs, "ClusterRole"), only(objs, "ClusterRoleBinding")
+    role = named(objs, "ClusterRole", "rso-rayservice-operator")
+    binding = named(objs, "ClusterRoleBinding", "rso-rayservice-operator")
     account = only(objs, "ServiceAccount")
     assert role["rules"] == config("config/rbac/role.yaml")["rules"]
     assert account["metadata"] == {**account["metadata"], "name": "rso-rayservice-operator",
@@ -161,7 +174,7 @@ def test_cluster_role_has_the_rules_of_config_rbac(helm: pathlib.Path) -> None:
 
 def test_proxy_subresources_only_with_use_kubernetes_proxy(helm: pathlib.Path) -> None:
     def proxy_rules(objs: list[Obj]) -> list[Obj]:
-        role = only(objs, "ClusterRole")
+        role = named(objs, "ClusterRole", "rayservice-operator")
         return [r for r in role["rules"] if any(x.endswith("/proxy") for x in r["resources"])]
 
     default = template(helm)
@@ -198,7 +211,7 @@ def test_values_become_manager_flags_it_accepts(helm: pathlib.Path) -> None:
         "--leader-elect", "--leader-election-id=rayservice-operator-leader",
         "--metrics-bind-address=:8080", "--enable-metrics", "--health-probe-bind-address=:8081",
         "--log-format=json", "--log-level=info", "--reconcile-concurrency=1",
-        "--qps=100", "--burst=200",
+        "--qps=100", "--burst=200", "--metrics-secure",
     ]  # fmt: skip
     settings = parse(default["args"])
     assert (settings.leader_elect, settings.namespace, settings.log_format) == (True, [], "json")
@@ -231,9 +244,25 @@ def test_values_become_manager_flags_it_accepts(helm: pathlib.Path) -> None:
     assert "stdoutEncoder" in refused.stderr
 
 
+METRICS_AUTH_OBJECTS = [
+    ("ClusterRole", "rayservice-operator-metrics-auth"),
+    ("ClusterRole", "rayservice-operator-metrics-reader"),
+    ("ClusterRoleBinding", "rayservice-operator-metrics-auth"),
+]
+
+
+def cluster_scoped(objs: list[Obj]) -> list[tuple[str, str]]:
+    return sorted((o["kind"], o["metadata"]["name"]) for o in objs
+                  if o["kind"].startswith("Cluster"))  # fmt: skip
+
+
 def test_watch_namespace_grants_roles_in_those_namespaces_only(helm: pathlib.Path) -> None:
     objs = template(helm, "--set", "watchNamespace={team-b,team-a,team-b}", namespace="ops")
-    assert not [o for o in objs if o["kind"].startswith("Cluster")]
+    # Cluster-scoped only what secure metrics need (TokenReviews and SubjectAccessReviews
+    # are cluster-scoped); with plain metrics, nothing.
+    assert cluster_scoped(objs) == METRICS_AUTH_OBJECTS
+    plain = ("--set", "metrics.secure.enabled=false")
+    assert cluster_scoped(template(helm, "--set", "watchNamespace={a}", *plain)) == []
     rules = config("config/rbac/role.yaml")["rules"]
     roles = {o["metadata"]["namespace"]: o for o in objs if o["kind"] == "Role"}
     bindings = {o["metadata"]["namespace"]: o for o in objs if o["kind"] == "RoleBinding"}
@@ -249,7 +278,7 @@ def test_watch_namespace_grants_roles_in_those_namespaces_only(helm: pathlib.Pat
     assert parse(args).namespace == ["team-a", "team-b"]
 
     single = template(helm, "--set", "singleNamespaceInstall=true", namespace="ops")
-    assert not [o for o in single if o["kind"].startswith("Cluster")]
+    assert cluster_scoped(single) == METRICS_AUTH_OBJECTS
     assert sorted(o["rules"] == rules for o in single if o["kind"] == "Role") == [False, True]
     assert "--namespace=ops" in manager_container(single)["args"]
     # Both: watchNamespace names the namespaces, as in KubeRay's chart.
@@ -563,15 +592,19 @@ def test_rbac_enable_and_cr_namespaced_rbac_enable(helm: pathlib.Path) -> None:
     rbac = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     assert not [o for o in template(helm, "--set", "rbacEnable=false") if o["kind"] in rbac]
     objs = template(helm, "--set", "watchNamespace={a}", "--set", "crNamespacedRbacEnable=false")
-    left = [(o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] in rbac]
-    assert left == [("Role", "rayservice-operator-leader-election"),
+    left = sorted((o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] in rbac)
+    assert left == [("ClusterRole", "rayservice-operator-metrics-auth"),
+                    ("ClusterRole", "rayservice-operator-metrics-reader"),
+                    ("ClusterRoleBinding", "rayservice-operator-metrics-auth"),
+                    ("Role", "rayservice-operator-leader-election"),
                     ("RoleBinding", "rayservice-operator-leader-election")]  # fmt: skip
 
 
 def test_service_monitor_scrapes_the_metrics_service(helm: pathlib.Path) -> None:
     assert not [o for o in template(helm) if o["kind"] == "ServiceMonitor"]
     objs = template(
-        helm, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.port=9090",
+        helm, "--set", "metrics.secure.enabled=false",  # plain HTTP, KubeRay's way
+        "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.port=9090",
         "--set", "metrics.serviceMonitor.additionalLabels.release=prometheus",
         "--set", "metrics.serviceMonitor.namespace=monitoring", "--set", "service.port=80",
         namespace="ops",
@@ -601,17 +634,52 @@ def test_service_monitor_scrapes_the_metrics_service(helm: pathlib.Path) -> None
     )
 
 
-def test_metrics_secure_adds_the_flags_the_certificate_the_roles_and_an_https_monitor(
+def test_metrics_are_secure_by_default_with_a_self_signed_certificate(
     helm: pathlib.Path,
 ) -> None:
-    default = template(helm, "--set", "metrics.serviceMonitor.enabled=true")
-    assert not parse(manager_container(default)["args"]).metrics_secure
-    assert [o["metadata"]["name"] for o in default if o["kind"] == "ClusterRole"] == [
+    """The chart's default, unlike the binary's (KubeRay's plain HTTP on every interface):
+    ``/metrics`` over HTTPS to callers allowed ``get`` on it, a certificate made at start,
+    the ServiceMonitor scraping with Prometheus' token."""
+    objs = template(helm, "--set", "metrics.serviceMonitor.enabled=true", namespace="ops",
+                    release="rso")  # fmt: skip
+    container = manager_container(objs)
+    settings = parse(container["args"])
+    assert (settings.metrics_secure, settings.metrics_cert_path) == (True, None), "self-signed"
+    assert settings.metrics_bind_address == ":8080"
+    assert [m["name"] for m in container["volumeMounts"]] == ["tmp"]
+    roles = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole")
+    assert roles == ["rso-rayservice-operator", "rso-rayservice-operator-metrics-auth",
+                     "rso-rayservice-operator-metrics-reader"]  # fmt: skip
+    [port] = only(objs, "Service")["spec"]["ports"]
+    [endpoint] = only(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert (port["name"], endpoint["port"], endpoint["scheme"]) == ("https", "https", "https")
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    # No CA to check a self-signed certificate against: TLS without verification, the token
+    # still required (kubebuilder's scaffold does the same); certSecret gives a checked one.
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    # No scraper is bound to the reader role unless named.
+    assert not [o for o in objs if o["kind"] == "ClusterRoleBinding"
+                and o["roleRef"]["name"].endswith("-metrics-reader")]  # fmt: skip
+
+
+def test_metrics_plain_is_a_choice_that_drops_the_flag_and_the_review_roles(
+    helm: pathlib.Path,
+) -> None:
+    objs = template(helm, "--set", "metrics.secure.enabled=false")
+    settings = parse(manager_container(objs)["args"])
+    assert (settings.metrics_secure, settings.metrics_bind_address) == (False, ":8080")
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole"] == [
         "rayservice-operator"
     ]
+    assert only(objs, "Service")["spec"]["ports"][0]["name"] == "http"
+
+
+def test_metrics_secure_with_a_certificate_secret_and_named_readers(helm: pathlib.Path) -> None:
     objs = template(
-        helm, "--set", "metrics.secure.enabled=true", "--set", "metrics.secure.certSecret=mc",
+        helm, "--set", "metrics.secure.certSecret=mc",
         "--set", "metrics.serviceMonitor.enabled=true", "--set", "watchNamespace={a}",
+        "--set", "metrics.secure.readerServiceAccounts[0].name=prometheus",
+        "--set", "metrics.secure.readerServiceAccounts[0].namespace=monitoring",
         namespace="ops", release="rso",
     )  # fmt: skip
     container = manager_container(objs)
@@ -628,22 +696,96 @@ def test_metrics_secure_adds_the_flags_the_certificate_the_roles_and_an_https_mo
     auth, reader = (roles[f"rso-rayservice-operator-metrics-{x}"] for x in ("auth", "reader"))
     assert auth["rules"] == config(f"{overlay}/metrics_auth_role.yaml")["rules"]
     assert reader["rules"] == config(f"{overlay}/metrics_reader_role.yaml")["rules"]
-    [binding] = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
-    assert binding["roleRef"]["name"] == "rso-rayservice-operator-metrics-auth"
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rso-rayservice-operator",
-                                    "namespace": "ops"}]  # fmt: skip
-    [port] = only(objs, "Service")["spec"]["ports"]
+    bindings = {o["roleRef"]["name"]: o for o in objs if o["kind"] == "ClusterRoleBinding"}
+    assert bindings["rso-rayservice-operator-metrics-auth"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rso-rayservice-operator", "namespace": "ops"}
+    ]
+    assert bindings["rso-rayservice-operator-metrics-reader"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}
+    ]
     [endpoint] = only(objs, "ServiceMonitor")["spec"]["endpoints"]
-    assert (port["name"], endpoint["port"], endpoint["scheme"]) == ("https", "https", "https")
     assert endpoint["tlsConfig"] == {"serverName": "rso-rayservice-operator.ops.svc",
                                      "ca": {"secret": {"name": "mc", "key": "ca.crt"}}}  # fmt: skip
-    assert "metrics.secure.enabled needs metrics.secure.certSecret" in refused(
-        helm, "--set", "metrics.secure.enabled=true"
+    assert "additional properties 'nme' not allowed" in refused(
+        helm, "--set", "metrics.secure.readerServiceAccounts[0].nme=x"
     )
-    assert "metrics.secure.enabled needs metrics.enabled" in refused(
-        helm, "--set", "metrics.secure.enabled=true", "--set", "metrics.secure.certSecret=mc",
-        "--set", "metrics.enabled=false",
+    # metrics.enabled=false: no metrics at all, so nothing to secure and no review roles.
+    off = template(helm, "--set", "metrics.enabled=false")
+    assert "--metrics-secure" not in manager_container(off)["args"]
+    assert len([o for o in off if o["kind"] == "ClusterRole"]) == 1
+
+
+# --- the NetworkPolicy ------------------------------------------------------------------------
+
+HARDENED = CHART / "values-hardened.yaml"
+
+
+def test_the_network_policy_is_off_by_default_and_on_in_the_hardened_values(
+    helm: pathlib.Path,
+) -> None:
+    assert not [o for o in template(helm) if o["kind"] == "NetworkPolicy"]
+    objs = template(helm, "-f", str(HARDENED), namespace="ops")
+    policy = only(objs, "NetworkPolicy")
+    pod = only(objs, "Deployment")["spec"]["template"]
+    assert policy["metadata"]["namespace"] == "ops"
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert set(selector.items()) <= set(pod["metadata"]["labels"].items())
+    assert policy["spec"]["policyTypes"] == ["Ingress"], "egress (API server, Ray) stays open"
+    # Only the metrics port, only from the namespace the values name.
+    assert policy["spec"]["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "In", "values": ["monitoring"]}]}}],
+        "ports": [{"port": "metrics", "protocol": "TCP"}],
+    }]  # fmt: skip
+    assert parse(manager_container(objs)["args"]).metrics_secure, "and the metrics secured"
+    lint = run(str(helm), "lint", "--strict", str(CHART), "-f", str(HARDENED))
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_the_network_policy_admits_the_webhook_port_from_the_api_server_only(
+    helm: pathlib.Path, control_plane: controlplane.ControlPlane, namespace: str
+) -> None:
+    on = ("-f", str(HARDENED), "--set", "webhooks.enabled=true")
+    message = refused(helm, *on)
+    assert "networkPolicy.apiServerCIDRs" in message, message
+    cidrs = ("--set", "networkPolicy.apiServerCIDRs={10.0.0.0/24,10.9.0.1/32}")
+    both = only(template(helm, *on, *cidrs, namespace=namespace), "NetworkPolicy")
+    assert [r["ports"][0]["port"] for r in both["spec"]["ingress"]] == ["metrics", "webhook-server"]
+    # The API server takes it as rendered (validation of the peers, the named ports).
+    policies = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+    control_plane.request("POST", f"{policies}?dryRun=All", both)
+    objs = template(helm, *on, *cidrs, "--set", "networkPolicy.metricsNamespaces=null")
+    [rule] = only(objs, "NetworkPolicy")["spec"]["ingress"]
+    assert rule == {"from": [{"ipBlock": {"cidr": "10.0.0.0/24"}},
+                             {"ipBlock": {"cidr": "10.9.0.1/32"}}],
+                    "ports": [{"port": "webhook-server", "protocol": "TCP"}]}  # fmt: skip
+    # Nothing named: nothing reaches the pod (a policy with no ingress rule).
+    none = template(helm, "--set", "networkPolicy.enabled=true")
+    assert only(none, "NetworkPolicy")["spec"].get("ingress") in (None, [])
+
+
+def scrape(port: int, token: str | None) -> int:
+    """The status of a GET of ``https://127.0.0.1:<port>/metrics`` (the chart's default
+    certificate is self-signed: not checked here), with ``token`` as the bearer token."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def account_token(cp: controlplane.ControlPlane, namespace: str, name: str) -> str:
+    answer = cp.request(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+         "spec": {"expirationSeconds": 600}},
     )  # fmt: skip
+    return str(answer["status"]["token"])
 
 
 def ready(port: int) -> bool:
@@ -703,11 +845,22 @@ def test_install_run_as_the_charts_account_and_uninstall(
         f"{fullname}-leader-election",
         "Deployment": f"/apis/apps/v1/namespaces/{ns}/deployments/{fullname}",
         "Service": f"/api/v1/namespaces/{ns}/services/{fullname}",
+        # Secure metrics, the default: the reviews' role, and the reader's, bound to "reader".
+        "metrics-auth ClusterRole": f"/apis/rbac.authorization.k8s.io/v1/clusterroles/"
+        f"{fullname}-metrics-auth",
+        "metrics-reader ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/"
+        f"clusterrolebindings/{fullname}-metrics-reader",
     }
+    for account in ("reader", "stranger"):
+        control_plane.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": account}})  # fmt: skip
     records = f"/api/v1/namespaces/{ns}/secrets?labelSelector=owner%3Dhelm,name%3D{release}"
     manager: subprocess.Popen[bytes] | None = None
     try:
-        install = [*base, "install", release, str(CHART)]
+        install = [*base, "install", release, str(CHART),
+                   "--set", "metrics.secure.readerServiceAccounts[0].name=reader",
+                   "--set", f"metrics.secure.readerServiceAccounts[0].namespace={ns}"]  # fmt: skip
         done = run(*install, *(["--skip-crds"] if preinstalled else []))
         assert done.returncode == 0, done.stderr
         for kind, path in created.items():
@@ -725,14 +878,14 @@ def test_install_run_as_the_charts_account_and_uninstall(
         assert manifest.returncode == 0, manifest.stderr
         objs = [d for d in yaml.safe_load_all(manifest.stdout) if d]
         args = manager_container(objs)["args"]
-        [port] = controlplane.free_ports(1)
+        port, metrics_port = controlplane.free_ports(2)
         kubeconfig = control_plane.service_account_kubeconfig(ns, fullname)
         log = tmp_path / "manager.log"
         with open(log, "wb") as out:
             manager = subprocess.Popen(
                 [str(pathlib.Path(sys.executable).parent / "rayservice-manager"),
                  "--kubeconfig", str(kubeconfig), *args,
-                 "--metrics-bind-address", "0",
+                 "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
                  "--health-probe-bind-address", f"127.0.0.1:{port}",
                  "--leader-election-namespace", ns],
                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
@@ -752,6 +905,12 @@ def test_install_run_as_the_charts_account_and_uninstall(
 
         helpers.eventually_sync(holder, within=30, what="the Lease held")
         helpers.eventually_sync(lambda: ready(port), within=30, what="/readyz 200")
+        # The chart's default /metrics: a token the API server vouches for, of an account
+        # allowed `get` on /metrics (the chart bound "reader"), or nothing is served.
+        assert scrape(metrics_port, None) == 401
+        assert scrape(metrics_port, "not-a-token") == 401
+        assert scrape(metrics_port, account_token(control_plane, ns, "stranger")) == 403
+        assert scrape(metrics_port, account_token(control_plane, ns, "reader")) == 200
         # RBAC denials name the account ("User system:serviceaccount:... cannot list ...");
         # other 403s (another test's namespace being terminated) are not the chart's doing.
         denied = [line for line in log.read_text().splitlines()

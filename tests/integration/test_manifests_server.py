@@ -3,6 +3,12 @@
 - ``kubectl kustomize config/default`` renders exactly one Deployment, whose image is
   ``rayservice-operator:latest``; the namespaced overlay renders the same minus the
   ClusterRole and its binding, plus a Role and a RoleBinding in each watched namespace.
+- ``/metrics``: plain HTTP on the pod's loopback only in config/default; on every
+  interface behind the reviews with config/overlays/metrics-secure, or plain with the
+  component config/components/metrics-plain. The components config/components/network-policy
+  (the metrics port from the namespace ``monitoring``) and network-policy-webhooks (the
+  webhook port from the API server's addresses, a placeholder until a patch names them)
+  render NetworkPolicies the API server accepts, and refuses the placeholder.
 - ``kubectl apply --dry-run=server -k`` accepts every object of config/default and of
   config/overlays/namespaced (validation, admission and RBAC's escalation checks run as
   for a real apply) and names each one it rendered, no more and no fewer. A server dry
@@ -166,7 +172,10 @@ def test_the_metrics_secure_overlay_adds_the_flags_the_certificate_and_the_roles
     default_args = only(default, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     cert_dir = "/etc/rayservice-operator/metrics-cert"
     args = pod["containers"][0]["args"]
-    assert args == [*default_args, "--metrics-secure", f"--metrics-cert-path={cert_dir}"]
+    # config/default's loopback-only /metrics moves to every interface, behind the reviews.
+    assert default_args[1] == "--metrics-bind-address=127.0.0.1:8080"
+    on_every_interface = [*default_args[:1], "--metrics-bind-address=:8080", *default_args[2:]]
+    assert args == [*on_every_interface, "--metrics-secure", f"--metrics-cert-path={cert_dir}"]
     settings = CliApp.run(main_.Settings, cli_args=main_._go_booleans(args))
     assert settings.metrics_secure
     assert str(settings.metrics_cert_path) == cert_dir
@@ -182,6 +191,93 @@ def test_the_metrics_secure_overlay_adds_the_flags_the_certificate_and_the_roles
     assert bound["subjects"] == [{"kind": "ServiceAccount", "name": "rayservice-operator-manager",
                                   "namespace": SYSTEM_NAMESPACE}]  # fmt: skip
     assert "rayservice-operator-metrics-auth-role" in roles
+
+
+def with_components(
+    where: pathlib.Path, base: str, *components: str, patches: list[dict[str, Any]] | None = None
+) -> pathlib.Path:
+    """A kustomization of a user's in ``where``: ``base`` with ``components`` (paths of this
+    repository) and ``patches``."""
+    where.mkdir(parents=True, exist_ok=True)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(ROOT / base, where)],
+        "components": [os.path.relpath(ROOT / c, where) for c in components],
+        "patches": patches or [],
+    }  # fmt: skip
+    (where / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return where
+
+
+def manager_settings(objs: list[dict[str, Any]]) -> main_.Settings:
+    args = only(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    return CliApp.run(main_.Settings, cli_args=main_._go_booleans(args))
+
+
+API_SERVER_CIDR = {
+    "target": {"kind": "NetworkPolicy", "name": "rayservice-operator-manager-webhooks"},
+    "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/ingress/0/from/0/ipBlock/cidr",
+                              "value": "10.0.0.0/24"}]),
+}  # fmt: skip
+
+
+def test_config_default_serves_plain_metrics_on_the_pods_loopback_only(
+    control_plane: controlplane.ControlPlane, tmp_path: pathlib.Path
+) -> None:
+    settings = manager_settings(render(control_plane, "config/default"))
+    assert (settings.metrics_bind_address, settings.metrics_secure) == ("127.0.0.1:8080", False)
+    # Plain HTTP on every interface, as KubeRay serves it, is a component to add knowingly.
+    plain = with_components(tmp_path / "plain", "config/default",
+                            "config/components/metrics-plain")  # fmt: skip
+    settings = manager_settings(render(control_plane, plain))
+    assert (settings.metrics_bind_address, settings.metrics_secure) == (":8080", False)
+
+
+def test_the_network_policy_components_admit_prometheus_and_the_api_server_only(
+    control_plane: controlplane.ControlPlane, tmp_path: pathlib.Path
+) -> None:
+    metrics_only = render(control_plane, with_components(
+        tmp_path / "metrics", "config/overlays/metrics-secure", "config/components/network-policy"
+    ))  # fmt: skip
+    policy = only(metrics_only, "NetworkPolicy")
+    pod = only(metrics_only, "Deployment")["spec"]["template"]
+    assert policy["metadata"]["namespace"] == SYSTEM_NAMESPACE
+    assert set(policy["spec"]["podSelector"]["matchLabels"].items()) <= set(
+        pod["metadata"]["labels"].items()
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"], "egress (API server, Ray) stays open"
+    assert policy["spec"]["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "monitoring"}}}],
+        "ports": [{"port": "metrics", "protocol": "TCP"}],
+    }]  # fmt: skip
+    # With the webhooks: their port, from the API server's addresses (named by a patch).
+    webhooks = with_components(
+        tmp_path / "webhooks", "config/overlays/webhooks", "config/components/network-policy",
+        "config/components/network-policy-webhooks", patches=[API_SERVER_CIDR],
+    )  # fmt: skip
+    objs = render(control_plane, webhooks)
+    policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkPolicy"}
+    assert policies["rayservice-operator-manager-webhooks"]["spec"]["ingress"] == [{
+        "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+        "ports": [{"port": "webhook-server", "protocol": "TCP"}],
+    }]  # fmt: skip
+    container = only(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert {p["name"] for p in container["ports"]} >= {"metrics", "webhook-server"}
+    # The API server takes both as rendered; the webhooks' one is refused until the
+    # placeholder is replaced (on purpose: a wrong range would refuse every webhook call).
+    with real_namespaces(control_plane, (SYSTEM_NAMESPACE,)):
+        accepted = kubectl(control_plane, "apply", "--dry-run=server", "-f", "-",
+                           stdin=yaml.safe_dump_all(policies.values()))  # fmt: skip
+        placeholder = render(control_plane, with_components(
+            tmp_path / "unset", "config/overlays/webhooks",
+            "config/components/network-policy-webhooks",
+        ))  # fmt: skip
+        refused = kubectl(control_plane, "apply", "--dry-run=server", "-f", "-",
+                          stdin=yaml.safe_dump(only(placeholder, "NetworkPolicy")))  # fmt: skip
+    assert accepted.returncode == 0, accepted.stderr
+    assert refused.returncode != 0
+    assert "API-SERVER-CIDR" in refused.stderr, refused.stderr
 
 
 @pytest.mark.parametrize("kustomization", sorted(KUSTOMIZATIONS))

@@ -96,7 +96,8 @@ chart's win a clash, so the selector always matches).
 
 {{/*
 Fails the render when a batch scheduler is asked for: none is integrated, and the
-manager would only exit at start-up (`--batch-scheduler` exits 2), crash-looping.
+manager would only exit at start-up (`--batch-scheduler` exits 2), crash-looping. Also a
+ServiceMonitor without metrics, and a NetworkPolicy that would refuse the webhook calls.
 */}}
 {{- define "rayservice-operator.checkValues" -}}
 {{- $scheduler := .Values.batchScheduler | default dict }}
@@ -106,12 +107,9 @@ manager would only exit at start-up (`--batch-scheduler` exits 2), crash-looping
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled: with metrics disabled the manager serves no /metrics and the chart creates no metrics Service" }}
 {{- end }}
-{{- $secure := .Values.metrics.secure | default dict }}
-{{- if and $secure.enabled (not .Values.metrics.enabled) }}
-{{- fail "metrics.secure.enabled needs metrics.enabled: with metrics disabled there is no /metrics to secure" }}
-{{- end }}
-{{- if and $secure.enabled (not $secure.certSecret) }}
-{{- fail "metrics.secure.enabled needs metrics.secure.certSecret: the kubernetes.io/tls Secret holding the metrics server's certificate (there is no self-signed default yet)" }}
+{{- $policy := .Values.networkPolicy | default dict }}
+{{- if and $policy.enabled .Values.webhooks.enabled (not $policy.apiServerCIDRs) }}
+{{- fail "networkPolicy.enabled with webhooks.enabled needs networkPolicy.apiServerCIDRs: the addresses the API server calls the webhooks from (the control-plane nodes' IPs, or your provider's control-plane range); without them the policy would refuse every webhook call, and with failurePolicy Fail every RayCluster and RayService write" }}
 {{- end }}
 {{- end }}
 
@@ -120,6 +118,14 @@ manager would only exit at start-up (`--batch-scheduler` exits 2), crash-looping
 */}}
 {{- define "rayservice-operator.metricsSecure" -}}
 {{- if and .Values.metrics.enabled (.Values.metrics.secure | default dict).enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The Secret of the metrics server's certificate (metrics.secure.certSecret) when /metrics is
+secure with one; empty for a self-signed certificate (or plain metrics).
+*/}}
+{{- define "rayservice-operator.metricsCertSecret" -}}
+{{- if include "rayservice-operator.metricsSecure" . }}{{ (.Values.metrics.secure | default dict).certSecret }}{{ end }}
 {{- end }}
 
 {{/* The Secret with the webhook server's tls.crt and tls.key (webhooks.secretName). */}}

@@ -164,6 +164,9 @@ def test_the_arguments_parse_to_the_intended_settings() -> None:
     default = CliApp.run(main.Settings, cli_args=lists["config/default"])
     assert default.leader_elect is True
     assert default.namespace == []
+    # Plain /metrics only on the pod's loopback (the binary's default, KubeRay's, is every
+    # interface): nothing else reaches it unless an overlay or component says so.
+    assert (default.metrics_bind_address, default.metrics_secure) == ("127.0.0.1:8080", False)
     namespaced = CliApp.run(main.Settings, cli_args=lists["config/overlays/namespaced"])
     assert namespaced.leader_elect is True
     assert namespaced.namespace == ["team-a", "team-b"]
