@@ -8,6 +8,8 @@ loopback (URL webhook configurations whose ``caBundle`` is our generated CA):
 - a conversion webhook between v1 and v2 of a test CRD stored in v1: written in one
   version, read in the other, the CA injected into the CRD;
 - ``failurePolicy: Fail`` refuses and ``Ignore`` admits once the server is down;
+- a server whose slots are all held answers 429 with ``Retry-After``, and the API server
+  calls again after it: the write succeeds once a slot is free;
 - the serving certificate rotated on disk (same CA), then the CA rotated (bundle with
   both CAs first) while the API server keeps calling: not one request fails.
 
@@ -21,6 +23,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import dataclasses
 import pathlib
 import secrets
 import socket
@@ -28,14 +31,15 @@ import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import aiohttp
 import pytest
 
 import runtime
-from runtime import tls
+from runtime import metrics, tls
 from runtime.client import client as client_
 from runtime.client import resources
 from runtime.testing import controlplane
-from runtime.webhook import admission, server
+from runtime.webhook import admission, intake, server
 from tests.integration import helpers
 
 CONFIGMAPS = resources.Resource("", "v1", "ConfigMap", "configmaps")
@@ -551,3 +555,74 @@ def _serial(port: int, ca: pathlib.Path) -> int:
         cert = conn.getpeercert()
         assert cert is not None
         return int(str(cert["serialNumber"]), 16)
+
+
+class Gate:
+    """A validator that holds each review until :attr:`open` is set."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.holding = 0
+
+    async def validate_create(self, obj: dict[str, Any], request: admission.Request) -> list[str]:
+        self.holding += 1
+        await self.open.wait()
+        return []
+
+    async def validate_update(
+        self, old: dict[str, Any], obj: dict[str, Any], request: admission.Request
+    ) -> list[str]:
+        return []
+
+    async def validate_delete(self, old: dict[str, Any], request: admission.Request) -> list[str]:
+        return []
+
+
+async def test_a_busy_server_answers_429_and_the_api_server_retries_after_retry_after(
+    control_plane: controlplane.ControlPlane, namespace: str, tmp_path: pathlib.Path
+) -> None:
+    [port] = controlplane.free_ports(1)
+    options = dataclasses.replace(
+        self_signed(tmp_path, port), limits=intake.Limits(small_slots=1, wait=0.2)
+    )
+    srv = server.Server(options)
+    server.register_for(srv, CONFIGMAPS, validator=NoForbiddenKeys())
+    gate = Gate()
+    srv.register("/gate", admission.validating(gate))
+    validate = server.validate_path(CONFIGMAPS)
+    async with serving(srv):
+        assert srv.ca_bundle is not None
+        config = webhook_config("ValidatingWebhookConfiguration", f"busy-{namespace}",
+                                namespace, f"https://127.0.0.1:{port}{validate}",
+                                ca=srv.ca_bundle)  # fmt: skip
+        async with installed(control_plane, config):
+            await until_refused(control_plane, namespace, configmap("x", namespace, forbidden="1"))
+            # Someone holds the one slot for small bodies; it is freed 0.6 s from now.
+            context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+            review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                      "request": {"uid": "held", "operation": "CREATE",
+                                  "object": {"metadata": {"name": "held"}}}}  # fmt: skip
+
+            async def hold() -> int:
+                async with aiohttp.ClientSession() as session, session.post(
+                    f"https://127.0.0.1:{port}/gate", json=review, ssl=context
+                ) as response:  # fmt: skip
+                    return response.status
+
+            held = asyncio.create_task(hold())
+            await helpers.eventually(lambda: gate.holding == 1, 10, "the slot held")
+            asyncio.get_running_loop().call_later(0.6, gate.open.set)
+            before = metrics.registry.get_sample_value(
+                "controller_runtime_webhook_requests_total", {"webhook": validate, "code": "429"}
+            ) or 0.0  # fmt: skip
+            created = await api(control_plane, "POST", f"/api/v1/namespaces/{namespace}/configmaps",
+                                configmap("busy", namespace, ok="1"))  # fmt: skip
+            assert created["data"] == {"ok": "1"}
+            assert await held == 200
+            # The API server's first call waited 0.2 s and was answered 429, Retry-After: 1;
+            # client-go's REST client called again a second later, once the slot was free.
+            after = metrics.registry.get_sample_value(
+                "controller_runtime_webhook_requests_total", {"webhook": validate, "code": "429"}
+            )  # fmt: skip
+            assert after is not None
+            assert after >= before + 1
