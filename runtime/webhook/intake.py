@@ -38,13 +38,17 @@ a ConversionReview may carry several objects, so a server converting long lists 
 a larger :attr:`Limits.max_body_bytes`.
 
 **What a body may cost.** Parsed, JSON takes up to ~28 bytes of heap per byte when it is
-all small objects and arrays (``[{},{},...]``: 24), ~13 for short strings, ~2 for long
-ones. With at most 200,000 objects and arrays a body at the cap costs at most ~60 MiB
-and ~70 ms of parsing, whatever its shape; the lanes hold at most 2 such bodies and 16
-small ones (64 KiB: at most ~2 MiB each), ~150 MiB in all (measured by
-``hack/bench/webhook_flood.py``). The parse runs on the event loop: ``json``'s C scanner
-holds the GIL for the whole parse, so a worker thread would stall the loop as long (the
-bound on what a body may hold is what bounds the stall).
+all small objects and arrays (``[{},{},...]``: 25), ~13 for short strings, ~8 for
+numbers, ~2 for long strings. With at most 200,000 objects and arrays, the costliest
+body at the cap that passes the checks is a list of a million short strings: ~52 MiB
+(the slowest, a million floats: ~36 MiB and ~0.2 s of parsing). The lanes hold at most
+2 such bodies and 16 small ones (at most ~2 MiB each): ~150 MiB in all. What is not
+bounded here is the number of connections: each one uploading costs the TLS and HTTP
+layers ~1 MiB of buffers while it waits, so keep others from the port (a NetworkPolicy
+letting only the API server in). The parse runs on the event loop: ``json``'s C scanner
+holds the GIL for a whole parse, so a worker thread would hold the loop as long; what
+bounds the stall is what a body may hold. ``hack/bench/webhook_flood.py`` measures a
+flood of 100 bodies at the cap: the manager's peak RSS and its loop's stall.
 
 >>> limits = Limits()
 >>> check_headers("application/json", 2_000, limits)
