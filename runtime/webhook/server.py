@@ -372,7 +372,9 @@ class Server:
         kind: str,
         answer: Callable[[web.Request, Any], Awaitable[web.Response]],
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
-        """Serve ``answer(review)`` for the bodies :mod:`runtime.webhook.intake` lets in."""
+        """Serve ``answer(request, review)`` for the bodies :mod:`runtime.webhook.intake`
+        lets in (the parsed JSON, not yet checked as a review); ``answer`` may raise
+        :class:`~runtime.webhook.intake.Refused` too."""
         limits = self.options.limits
 
         async def serve(request: web.Request) -> web.Response:
@@ -402,19 +404,19 @@ class Server:
             except ValueError as exc:
                 raise intake.Refused(400, str(exc)) from None
             try:
-                answer = await handler.handle(review)
+                verdict = await handler.handle(review)
             except Exception as exc:
                 self.log.exception("admission handler failed", path=request.path)
-                answer = admission.Response.deny(
+                verdict = admission.Response.deny(
                     f"internal error: {type(exc).__name__}: {exc}", code=500,
                     reason="InternalError",
                 )  # fmt: skip
             self.log.debug(
                 "admission", path=request.path, uid=review.uid, operation=review.operation,
-                namespace=review.namespace, name=review.name, allowed=answer.allowed,
-                patched=len(answer.patch),
+                namespace=review.namespace, name=review.name, allowed=verdict.allowed,
+                patched=len(verdict.patch),
             )  # fmt: skip
-            return web.json_response(answer.review(review.uid))
+            return web.json_response(verdict.review(review.uid))
 
         return self._endpoint(admission.API_VERSION, "AdmissionReview", answer)
 
