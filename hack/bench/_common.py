@@ -1,7 +1,8 @@
 """What the benchmarks in ``hack/bench/`` share: where the control-plane binaries are, an
 operator as a child process (:class:`Manager`: ``/readyz``, ``/metrics``, CPU and peak
-RSS), reading a Prometheus text exposition, progress lines on stderr (:func:`logger`) and
-the time of an API timestamp (:func:`moment`).
+RSS), reading a Prometheus text exposition, progress lines on stderr (:func:`logger`),
+the time of an API timestamp (:func:`moment`) and the end every benchmark shares
+(:func:`finish`: its one JSON object as the last line of stdout, whatever happened).
 
 **CPU**, in every benchmark and the tables of docs/operator/performance.md, is
 :meth:`runtime.testing.process.ChildProcess.cpu_seconds`: user + system seconds of the
@@ -13,22 +14,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
 import time
+import traceback
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 from runtime import clock
 from runtime.testing import controlplane, process
 
 __all__ = [
-    "ROOT", "BenchError", "Child", "Manager", "bin_dir", "logger", "moment", "parse_metrics",
-    "profile_top",
+    "ROOT", "BenchError", "Child", "Manager", "bin_dir", "finish", "logger", "moment",
+    "parse_metrics", "profile_top",
 ]  # fmt: skip
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -69,6 +73,44 @@ def logger(name: str = "", *, clock_time: bool = False) -> Callable[[str], None]
         print(f"{prefix}{message}", file=sys.stderr, flush=True)
 
     return log
+
+
+def finish(
+    run: Coroutine[Any, Any, None],
+    result: dict[str, Any],
+    *,
+    headline: Sequence[str] = (),
+    expected: tuple[type[BaseException], ...] = (),
+    log: Callable[[str], None] = print,
+) -> int:
+    """Run a benchmark's coroutine, which fills ``result``; print ``result`` as one JSON
+    object, the last line of stdout, its ``headline`` keys first; 0, or 1 after an error.
+
+    An ``expected`` error (a :class:`BenchError`, a control plane that does not start) is
+    logged as one line, anything else with its traceback; either way ``result["error"]``
+    is its first line, so a caller reading the last line sees what went wrong.
+
+    >>> async def fails() -> None:
+    ...     raise BenchError("no manager")
+    >>> finish(fails(), {"bench": "x"}, headline=["bench"], expected=(BenchError,),
+    ...        log=lambda _: None)
+    {"bench": "x", "error": "no manager"}
+    1
+    """
+    status = 0
+    try:
+        asyncio.run(run)
+    except expected as exc:
+        log(f"error: {exc}")
+        result["error"] = str(exc).splitlines()[0]
+        status = 1
+    except Exception as exc:  # anything else: still one JSON line last, the traceback above
+        traceback.print_exc()
+        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        status = 1
+    first = {key: result.pop(key) for key in headline if key in result}
+    print(json.dumps({**first, **result}))
+    return status
 
 
 def moment(text: object) -> datetime.datetime:

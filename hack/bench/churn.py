@@ -70,7 +70,6 @@ import os
 import pathlib
 import sys
 import time
-import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -462,20 +461,13 @@ def main(argv: list[str] | None = None) -> int:
         "interval": args.interval, "deploy_delay": args.deploy_delay,
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }  # fmt: skip
-    status = 0
-    try:
-        asyncio.run(run(args, result))
-    except (BenchError, controlplane.ControlPlaneError, raysim.SimulatorError) as exc:
-        log(f"error: {exc}")
-        result["error"] = str(exc).splitlines()[0]
-        status = 1
-    except Exception as exc:  # anything else: still one JSON line last, with the traceback above
-        traceback.print_exc()
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        status = 1
-    first = {key: result.pop(key) for key in HEADLINE if key in result}
-    print(json.dumps({**first, **result}))
-    return status
+    return _common.finish(
+        run(args, result),
+        result,
+        headline=HEADLINE,
+        expected=(BenchError, controlplane.ControlPlaneError, raysim.SimulatorError),
+        log=log,
+    )
 
 
 if __name__ == "__main__":

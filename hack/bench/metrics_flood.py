@@ -42,7 +42,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -52,7 +51,6 @@ import ssl
 import sys
 import tempfile
 import time
-import traceback
 from typing import Any
 
 import _common  # hack/bench/_common.py (this script's directory)
@@ -325,20 +323,13 @@ def main(argv: list[str] | None = None) -> int:
         "qps": args.qps, "burst": args.burst, "concurrency": args.concurrency,
         "get_interval": args.get_interval, "load_avg_1m": round(os.getloadavg()[0], 2),
     }  # fmt: skip
-    status = 0
-    try:
-        asyncio.run(run(args, result))
-    except (_common.BenchError, controlplane.ControlPlaneError) as exc:
-        log(f"error: {exc}")
-        result["error"] = str(exc).splitlines()[0]
-        status = 1
-    except Exception as exc:  # anything else: still one JSON line last, the traceback above
-        traceback.print_exc()
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        status = 1
-    first = {key: result.pop(key) for key in HEADLINE if key in result}
-    print(json.dumps({**first, **result}))
-    return status
+    return _common.finish(
+        run(args, result),
+        result,
+        headline=HEADLINE,
+        expected=(_common.BenchError, controlplane.ControlPlaneError),
+        log=log,
+    )
 
 
 if __name__ == "__main__":

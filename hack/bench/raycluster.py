@@ -61,7 +61,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -69,7 +68,6 @@ import pathlib
 import shutil
 import tempfile
 import time
-import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -424,20 +422,13 @@ def main(argv: list[str] | None = None) -> int:
         args.ready_timeout = 120.0 + 2.0 * args.clusters
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     result: dict[str, Any] = {"bench": "raycluster", "clusters": args.clusters}
-    status = 0
-    try:
-        asyncio.run(run(args, result))
-    except (BenchError, controlplane.ControlPlaneError) as exc:
-        log(f"error: {exc}")
-        result["error"] = str(exc).splitlines()[0]
-        status = 1
-    except Exception as exc:  # anything else: still one JSON line last, with the traceback above
-        traceback.print_exc()
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        status = 1
-    first = {key: result.pop(key) for key in HEADLINE if key in result}
-    print(json.dumps({**first, **result}))
-    return status
+    return _common.finish(
+        run(args, result),
+        result,
+        headline=HEADLINE,
+        expected=(BenchError, controlplane.ControlPlaneError),
+        log=log,
+    )
 
 
 if __name__ == "__main__":

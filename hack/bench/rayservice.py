@@ -97,7 +97,6 @@ import shutil
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -626,20 +625,13 @@ def main(argv: list[str] | None = None) -> int:
         args.upgrade_timeout = 120.0 + args.deletion_delay + 2.0 * args.services
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     result: dict[str, Any] = {"bench": "rayservice", "services": args.services}
-    status = 0
-    try:
-        asyncio.run(run(args, result))
-    except (BenchError, controlplane.ControlPlaneError, raysim.SimulatorError) as exc:
-        log(f"error: {exc}")
-        result["error"] = str(exc).splitlines()[0]
-        status = 1
-    except Exception as exc:  # anything else: still one JSON line last, with the traceback above
-        traceback.print_exc()
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        status = 1
-    first = {key: result.pop(key) for key in HEADLINE if key in result}
-    print(json.dumps({**first, **result}))
-    return status
+    return _common.finish(
+        run(args, result),
+        result,
+        headline=HEADLINE,
+        expected=(BenchError, controlplane.ControlPlaneError, raysim.SimulatorError),
+        log=log,
+    )
 
 
 if __name__ == "__main__":

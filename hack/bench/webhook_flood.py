@@ -62,7 +62,6 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -421,20 +420,13 @@ def main(argv: list[str] | None = None) -> int:
         "body_bytes": int(args.body_mib * MiB), "rss_limit_mib": chart_limit_mib(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }  # fmt: skip
-    status = 0
-    try:
-        asyncio.run(run(args, result))
-    except (_common.BenchError, controlplane.ControlPlaneError) as exc:
-        log(f"error: {exc}")
-        result["error"] = str(exc).splitlines()[0]
-        status = 1
-    except Exception as exc:  # anything else: still one JSON line last, with the traceback above
-        traceback.print_exc()
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        status = 1
-    first = {key: result.pop(key) for key in HEADLINE if key in result}
-    print(json.dumps({**first, **result}))
-    return status
+    return _common.finish(
+        run(args, result),
+        result,
+        headline=HEADLINE,
+        expected=(_common.BenchError, controlplane.ControlPlaneError),
+        log=log,
+    )
 
 
 if __name__ == "__main__":

@@ -1,16 +1,18 @@
-"""Polling helpers for integration tests."""
+"""Polling helpers for integration tests, and :func:`bench`: a ``hack/bench`` script run
+as its own process, its last line read."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import pathlib
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from runtime.client import resources
 
@@ -19,6 +21,25 @@ T = TypeVar("T")
 WIDGETS = resources.Resource("test.rayservice.dev", "v1", "Widget", "widgets")
 GADGETS = resources.Resource("test.rayservice.dev", "v1", "Gadget", "gadgets")
 """The test kinds (``testdata/crds``) the ``client`` fixture registers."""
+
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+def bench(script: pathlib.Path, argv: list[str], *, timeout: float) -> dict[str, Any]:
+    """Run the benchmark ``script`` with ``argv`` from the repository root; its report, the
+    JSON object of its last line, once it exited 0 and reported no ``error`` (else the
+    test fails with the error and the tail of stderr)."""
+    done = subprocess.run(
+        [sys.executable, str(script), *argv],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"no output; stderr:\n{done.stderr[-3000:]}"
+    report: dict[str, Any] = json.loads(lines[-1])
+    assert done.returncode == 0, f"{report.get('error')}\nstderr:\n{done.stderr[-3000:]}"
+    assert "error" not in report
+    return report
 
 
 class Leading:

@@ -5,12 +5,11 @@ issue's targets (issue 25, item 5) where a run this short can check them."""
 
 from __future__ import annotations
 
-import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
+
+from tests.integration import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 SCRIPT = ROOT / "hack/bench/churn.py"
@@ -24,16 +23,10 @@ SECONDS = 5.0
 
 @pytest.mark.timeout(300)
 def test_churn_reaches_every_head(bin_dir: pathlib.Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--services", str(SERVICES), "--seconds", str(SECONDS),
-         "--interval", "1", "--settle-seconds", "2", "--bin-dir", str(bin_dir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
-    )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    assert lines, f"no output; stderr:\n{done.stderr[-3000:]}"
-    report = json.loads(lines[-1])
-    assert done.returncode == 0, f"{report.get('error')}\nstderr:\n{done.stderr[-3000:]}"
-    assert "error" not in report
+    report = helpers.bench(SCRIPT, [
+        "--services", str(SERVICES), "--seconds", str(SECONDS),
+        "--interval", "1", "--settle-seconds", "2", "--bin-dir", str(bin_dir)
+    ], timeout=280)  # fmt: skip
     assert tuple(report)[: len(HEADLINE)] == HEADLINE
     assert (report["bench"], report["services"], report["seconds"], report["interval"]) == (
         "churn", SERVICES, SECONDS, 1.0

@@ -5,12 +5,11 @@ or 429 (none), and the controller's GETs were not held up by the flood."""
 
 from __future__ import annotations
 
-import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
+
+from tests.integration import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 SCRIPT = ROOT / "hack/bench/metrics_flood.py"
@@ -23,16 +22,10 @@ TOKENS = 100
 
 @pytest.mark.timeout(300)
 def test_a_flood_is_measured_beside_the_controllers_gets(bin_dir: pathlib.Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tokens", str(TOKENS), "--seconds", "2",
-         "--concurrency", "50", "--bin-dir", str(bin_dir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
-    )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    assert lines, f"no output; stderr:\n{done.stderr[-3000:]}"
-    report = json.loads(lines[-1])
-    assert done.returncode == 0, f"{report.get('error')}\nstderr:\n{done.stderr[-3000:]}"
-    assert "error" not in report
+    report = helpers.bench(SCRIPT, [
+        "--tokens", str(TOKENS), "--seconds", "2",
+        "--concurrency", "50", "--bin-dir", str(bin_dir)
+    ], timeout=280)  # fmt: skip
     assert tuple(report)[: len(HEADLINE)] == HEADLINE
     assert (report["bench"], report["tokens"], report["seconds"]) == ("metrics_flood", TOKENS, 2)
     for key in ("get_p50_ms", "get_p99_ms", "get_max_ms", "gets", "manager_cpu_s"):

@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+from tests.integration import helpers
+
 ROOT = pathlib.Path(__file__).parents[2]
 SCRIPT = ROOT / "hack/bench/raycluster.py"
 HEADLINE = (
@@ -17,16 +19,10 @@ HEADLINE = (
 
 
 def test_benchmark_reports_every_key_with_sane_values(bin_dir: pathlib.Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--clusters", "2", "--steady-seconds", "10",
-         "--bin-dir", str(bin_dir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    assert lines, f"no output; stderr:\n{done.stderr[-3000:]}"
-    report = json.loads(lines[-1])
-    assert done.returncode == 0, f"{report.get('error')}\nstderr:\n{done.stderr[-3000:]}"
-    assert "error" not in report
+    report = helpers.bench(SCRIPT, [
+        "--clusters", "2", "--steady-seconds", "10",
+        "--bin-dir", str(bin_dir)
+    ], timeout=240)  # fmt: skip
     assert tuple(report)[: len(HEADLINE)] == HEADLINE
 
     assert report["bench"] == "raycluster"

@@ -5,12 +5,11 @@ an application turning ``UNHEALTHY`` included)."""
 
 from __future__ import annotations
 
-import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
+
+from tests.integration import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 SCRIPT = ROOT / "hack/bench/rayservice.py"
@@ -26,17 +25,11 @@ POLL_MAX = 10.0
 
 @pytest.mark.timeout(420)
 def test_two_services_meet_the_targets(bin_dir: pathlib.Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--services", str(SERVICES), "--steady-seconds",
-         str(STEADY), "--deletion-delay", "5", "--serve-poll-max", str(POLL_MAX),
-         "--bin-dir", str(bin_dir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=400, check=False,
-    )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    assert lines, f"no output; stderr:\n{done.stderr[-3000:]}"
-    report = json.loads(lines[-1])
-    assert done.returncode == 0, f"{report.get('error')}\nstderr:\n{done.stderr[-3000:]}"
-    assert "error" not in report
+    report = helpers.bench(SCRIPT, [
+        "--services", str(SERVICES), "--steady-seconds",
+        str(STEADY), "--deletion-delay", "5", "--serve-poll-max", str(POLL_MAX),
+        "--bin-dir", str(bin_dir)
+    ], timeout=400)  # fmt: skip
     assert tuple(report)[: len(HEADLINE)] == HEADLINE
     assert (report["bench"], report["services"], report["steady_seconds"]) == (
         "rayservice", SERVICES, STEADY

@@ -7,12 +7,11 @@ Lease (issue 37, finding 2)."""
 
 from __future__ import annotations
 
-import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
+
+from tests.integration import helpers
 
 ROOT = pathlib.Path(__file__).parents[2]
 SCRIPT = ROOT / "hack/bench/webhook_flood.py"
@@ -25,16 +24,10 @@ REQUESTS = 20
 
 @pytest.mark.timeout(300)
 def test_floods_of_large_bodies_leave_the_manager_serving(bin_dir: pathlib.Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--requests", str(REQUESTS), "--body-mib", "2",
-         "--bin-dir", str(bin_dir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
-    )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    assert lines, f"no output; stderr:\n{done.stderr[-3000:]}"
-    report = json.loads(lines[-1])
-    assert done.returncode == 0, f"{report.get('error')}\nstderr:\n{done.stderr[-3000:]}"
-    assert "error" not in report
+    report = helpers.bench(SCRIPT, [
+        "--requests", str(REQUESTS), "--body-mib", "2",
+        "--bin-dir", str(bin_dir)
+    ], timeout=280)  # fmt: skip
     assert tuple(report)[: len(HEADLINE)] == HEADLINE
     assert (report["bench"], report["requests"], report["body_bytes"]) == (
         "webhook_flood", REQUESTS, 2 * 1024 * 1024
