@@ -6,13 +6,15 @@ reconcilers read and write objects through them.
 
 - :mod:`api.v1.groupversion`: ``GROUP``, ``VERSION`` and the
   :class:`runtime.client.resources.Resource` of each kind (``RAYCLUSTERS``,
-  ``RAYSERVICES``).
+  ``RAYSERVICES``, ``RAYJOBS``, ``RAYCRONJOBS``).
 - :mod:`api.v1.meta`: the model base (camelCase aliases, unknown fields kept,
   ``None`` = unset), ``Condition`` in the ``metav1.Condition`` shape, and the
   scalar types (``Int32``, ``Time``, ``Quantity``, ``RawObject``).
 - :mod:`api.v1.raycluster`: ``RayCluster`` and its spec and status; the module
   docstring says why pod templates are raw objects.
 - :mod:`api.v1.rayservice`: ``RayService`` and its spec and status.
+- :mod:`api.v1.rayjob`: ``RayJob`` and its spec and status.
+- :mod:`api.v1.raycronjob`: ``RayCronJob`` and its spec and status.
 
 Each status type names its volatile fields in ``VOLATILE_FIELDS`` (for
 :class:`runtime.status.StatusWriter`'s ``volatile=``).
@@ -24,11 +26,13 @@ Each status type names its volatile fields in ``VOLATILE_FIELDS`` (for
 ['lastUpdateTime']
 """
 
-from api.v1 import groupversion, meta, raycluster, rayservice
+from api.v1 import groupversion, meta, raycluster, raycronjob, rayjob, rayservice
 from api.v1.groupversion import (
     API_VERSION,
     GROUP,
     RAYCLUSTERS,
+    RAYCRONJOBS,
+    RAYJOBS,
     RAYSERVICES,
     VERSION,
     add_to_registry,
@@ -41,6 +45,8 @@ from api.v1.raycluster import (
     RayClusterStatus,
     WorkerGroupSpec,
 )
+from api.v1.raycronjob import RayCronJob, RayCronJobSpec, RayCronJobStatus
+from api.v1.rayjob import RayJob, RayJobSpec, RayJobStatus
 from api.v1.rayservice import RayService, RayServiceSpec, RayServiceStatus
 
 MODELS = (RayCluster, RayService)
@@ -51,6 +57,8 @@ __all__ = [
     "GROUP",
     "MODELS",
     "RAYCLUSTERS",
+    "RAYCRONJOBS",
+    "RAYJOBS",
     "RAYSERVICES",
     "VERSION",
     "Condition",
@@ -58,6 +66,12 @@ __all__ = [
     "RayCluster",
     "RayClusterSpec",
     "RayClusterStatus",
+    "RayCronJob",
+    "RayCronJobSpec",
+    "RayCronJobStatus",
+    "RayJob",
+    "RayJobSpec",
+    "RayJobStatus",
     "RayService",
     "RayServiceSpec",
     "RayServiceStatus",
@@ -66,5 +80,7 @@ __all__ = [
     "groupversion",
     "meta",
     "raycluster",
+    "raycronjob",
+    "rayjob",
     "rayservice",
 ]

@@ -17,6 +17,8 @@ __all__ = [
     "GROUP",
     "KINDS",
     "RAYCLUSTERS",
+    "RAYCRONJOBS",
+    "RAYJOBS",
     "RAYSERVICES",
     "VERSION",
     "add_to_registry",
@@ -28,7 +30,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 RAYCLUSTERS = resources.Resource(GROUP, VERSION, "RayCluster", "rayclusters")
 RAYSERVICES = resources.Resource(GROUP, VERSION, "RayService", "rayservices")
-KINDS = (RAYCLUSTERS, RAYSERVICES)
+RAYJOBS = resources.Resource(GROUP, VERSION, "RayJob", "rayjobs")
+RAYCRONJOBS = resources.Resource(GROUP, VERSION, "RayCronJob", "raycronjobs")
+KINDS = (RAYCLUSTERS, RAYSERVICES, RAYJOBS, RAYCRONJOBS)
 
 
 def add_to_registry(registry: resources.Registry) -> resources.Registry:

@@ -117,14 +117,14 @@ CONDITION_LIST: dict[str, Any] = {
 """Schema keys of a ``conditions`` list: one entry per ``type`` (server-side apply merges by it)."""
 
 
-_ACRONYMS = {"cpu": "CPU", "gpu": "GPU", "tpu": "TPU", "ip": "IP"}
+_ACRONYMS = {"cpu": "CPU", "gpu": "GPU", "tpu": "TPU", "ip": "IP", "url": "URL", "yaml": "YAML"}
 
 
 def camel(name: str) -> str:
     """The wire name of a Python field name, spelt as KubeRay spells it.
 
-    >>> [camel(n) for n in ("serve_config_v2", "desired_cpu", "pod_ip", "tls_options")]
-    ['serveConfigV2', 'desiredCPU', 'podIP', 'tlsOptions']
+    >>> [camel(n) for n in ("serve_config_v2", "desired_cpu", "pod_ip", "dashboard_url")]
+    ['serveConfigV2', 'desiredCPU', 'podIP', 'dashboardURL']
     """
     first, *rest = name.split("_")
     return first + "".join(_ACRONYMS.get(part, part.capitalize()) for part in rest)
