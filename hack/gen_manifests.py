@@ -4,7 +4,9 @@
 Writes, from the pydantic models in :mod:`api.v1` and the rule declarations in
 :mod:`controllers.rbac`:
 
-- ``config/crd/bases/ray.io_rayclusters.yaml``, ``config/crd/bases/ray.io_rayservices.yaml``
+- ``config/crd/bases/ray.io_<plural>.yaml``, one CRD for each kind of ``api.v1.MODELS``
+  (``rayclusters``, ``rayservices``, ``rayjobs``, ``raycronjobs``), and
+  ``config/crd/kustomization.yaml`` listing them
 - ``config/rbac/role.yaml``, and ``config/overlays/kubernetes-proxy/proxy_role.yaml``
   (:data:`controllers.rbac.KUBERNETES_PROXY`: only that mode's rules), and
   ``config/overlays/metrics-secure/metrics_auth_role.yaml``
@@ -57,7 +59,19 @@ accepts ``type: object`` alone, but an object etcd still holds as ``v1alpha1``
 schema when it is read: with ``type: object`` alone its spec reads back empty
 (measured), with the preserving schema it reads back as stored. With the
 default conversion (``None``) such objects are served as ``v1``; a request for
-``ray.io/v1alpha1`` is not served (KubeRay serves it).
+``ray.io/v1alpha1`` is not served (KubeRay v1.7.0 serves it for neither kind).
+
+Serving an old version as KubeRay does: KubeRay v1.7.0 still serves ``v1alpha1``
+for RayJob (deprecated, not storage), so clients that read or write
+``ray.io/v1alpha1`` RayJobs keep working. Each name in the model's
+``SERVED_VERSIONS`` is listed after ``v1`` as ``served: true, storage: false``,
+``deprecated: true``, with **v1's schema**, status subresource and printer columns.
+The conversion stays ``None`` (the API server only rewrites ``apiVersion``), which
+is correct only because the schemas are the same: the ``v1alpha1`` served here is
+v1's shape, not KubeRay's old ``v1alpha1`` schema (which lacks v1's newer fields
+and requires ``entrypoint``), so a ``v1alpha1`` object is stored as the same ``v1``
+object and reads back unchanged in either version. A version is in
+``SERVED_VERSIONS`` or ``LEGACY_VERSIONS``, never both.
 
 How a user replaces them: ``kubectl apply --server-side --force-conflicts -f
 config/crd/bases``. KubeRay's CRDs are about a megabyte each, past the 256 KiB
@@ -99,6 +113,7 @@ __all__ = [
     "legacy_version",
     "main",
     "render",
+    "served_version",
     "structural",
 ]
 
@@ -229,6 +244,23 @@ def crd(model: type[api.v1.meta.Model]) -> dict[str, Any]:
         names["categories"] = list(model.CATEGORIES)  # type: ignore[attr-defined]
     if model.SHORT_NAMES:  # type: ignore[attr-defined]
         names["shortNames"] = list(model.SHORT_NAMES)  # type: ignore[attr-defined]
+    served: tuple[str, ...] = getattr(model, "SERVED_VERSIONS", ())
+    legacy: tuple[str, ...] = model.LEGACY_VERSIONS  # type: ignore[attr-defined]
+    if both := set(served) & set(legacy):
+        raise SchemaError(f"{resource.kind}: {sorted(both)} both served and legacy")
+    if resource.version in {*served, *legacy}:
+        raise SchemaError(f"{resource.kind}: {resource.version} is the storage version")
+    storage = {
+        "name": resource.version,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": schema},
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": [
+            column.to_api()
+            for column in model.PRINTER_COLUMNS  # type: ignore[attr-defined]
+        ],
+    }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -238,20 +270,27 @@ def crd(model: type[api.v1.meta.Model]) -> dict[str, Any]:
             "names": names,
             "scope": "Namespaced" if resource.namespaced else "Cluster",
             "versions": [
-                {
-                    "name": resource.version,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": schema},
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        column.to_api()
-                        for column in model.PRINTER_COLUMNS  # type: ignore[attr-defined]
-                    ],
-                },
-                *(legacy_version(name) for name in model.LEGACY_VERSIONS),  # type: ignore[attr-defined]
+                storage,
+                *(served_version(name, storage, resource.group, resource.kind) for name in served),
+                *(legacy_version(name) for name in legacy),
             ],
         },
+    }
+
+
+def served_version(name: str, storage: Mapping[str, Any], group: str, kind: str) -> dict[str, Any]:
+    """A deprecated version served beside the storage version with the storage version's
+    schema, status subresource and columns (the module docstring says why ``None``
+    conversion is then right)."""
+    current = f"{group}/{storage['name']}"
+    return {
+        **storage,
+        "name": name,
+        "served": True,
+        "storage": False,
+        "deprecated": True,
+        "deprecationWarning": f"{group}/{name} {kind} is deprecated and served with the schema "
+        f"of {current}; use {current}.",
     }
 
 
@@ -313,6 +352,14 @@ def generate() -> dict[pathlib.Path, str]:
         resource = model.RESOURCE
         path = pathlib.Path("config/crd/bases") / f"{resource.group}_{resource.plural}.yaml"
         files[path] = render(crd(model), f"{model.__module__}.{model.__name__}")
+    files[pathlib.Path("config/crd/kustomization.yaml")] = render(
+        {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [f"bases/{path.name}" for path in sorted(files)],
+        },
+        "api.v1.MODELS",
+    )
     rules = [rule for declared in rbac.DECLARATIONS.values() for rule in declared]
     role = cluster_role(rules)
     files[pathlib.Path("config/rbac/role.yaml")] = render(role, "controllers/rbac.py")

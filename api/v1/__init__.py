@@ -1,4 +1,4 @@
-"""The ``ray.io/v1`` API: RayCluster and RayService as pydantic models.
+"""The ``ray.io/v1`` API: RayCluster, RayService, RayJob and RayCronJob as pydantic models.
 
 The models are the single source of truth for the API: the CRD schemas in
 ``config/crd/bases`` are generated from them (``hack/gen_manifests.py``), and the
@@ -49,7 +49,7 @@ from api.v1.raycronjob import RayCronJob, RayCronJobSpec, RayCronJobStatus
 from api.v1.rayjob import RayJob, RayJobSpec, RayJobStatus
 from api.v1.rayservice import RayService, RayServiceSpec, RayServiceStatus
 
-MODELS = (RayCluster, RayService)
+MODELS = (RayCluster, RayService, RayJob, RayCronJob)
 """The top-level kinds, each with its CRD declarations (``RESOURCE``, ``PRINTER_COLUMNS``, ...)."""
 
 __all__ = [

@@ -166,8 +166,10 @@ class DeletionCondition(meta.Model):
 
     job_status: Literal["SUCCEEDED", "FAILED"] | None = None
     """Ray's final status of the job."""
-    job_deployment_status: Literal["Failed"] | None = None
-    """The operator's final state of the job."""
+    job_deployment_status: (
+        Annotated[Literal["Failed"], meta.Schema({"enum": ["Failed"]})] | None
+    ) = None
+    """The operator's final state of the job (only ``Failed``)."""
     ttl_seconds: Annotated[meta.Int32, pydantic.Field(ge=0)] = 0
     """Seconds after ``status.endTime`` the rule is due."""
 
@@ -210,7 +212,7 @@ _STRATEGY_RULES = meta.Schema(
                 "cannot be used together within the same deletionStrategy",
             },
             {
-                "rule": "(has(self.onSuccess) && has(self.onFailure)) || has(self.deletionRules)",
+                "rule": "((has(self.onSuccess) && has(self.onFailure)) || has(self.deletionRules))",
                 "message": "deletionStrategy requires either BOTH onSuccess and onFailure, "
                 "OR the deletionRules field (cannot be empty)",
             },
@@ -226,8 +228,16 @@ class DeletionStrategy(meta.Model):
     """Legacy: the policy when Ray reports ``SUCCEEDED``."""
     on_failure: DeletionPolicy | None = None
     """Legacy: the policy when Ray reports ``FAILED``."""
-    deletion_rules: Annotated[list[DeletionRule], pydantic.Field(min_length=1)] | None = None
-    """Rules, each with its own condition and delay."""
+    deletion_rules: (
+        Annotated[
+            list[DeletionRule],
+            pydantic.Field(min_length=1),
+            meta.Schema({"x-kubernetes-list-type": "atomic"}),
+        ]
+        | None
+    ) = None
+    """Rules, each with its own condition and delay; when several are due at once, the one
+    that deletes most runs first."""
 
 
 class SubmitterConfig(meta.Model):
@@ -300,7 +310,9 @@ class RayJobInfo(meta.Model):
     """Ray's own times of the job."""
 
     start_time: meta.Time | None = None
+    """When Ray started the job."""
     end_time: meta.Time | None = None
+    """When the job ended, as Ray reports it."""
 
 
 class RayJobStatus(meta.Model):

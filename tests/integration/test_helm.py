@@ -73,7 +73,12 @@ from tests.support import tools
 ROOT = pathlib.Path(__file__).parents[2]
 CHART = ROOT / "helm-chart/rayservice-operator"
 CONFIG_CRDS = ROOT / "config/crd/bases"
-CRD_NAMES = ("rayclusters.ray.io", "rayservices.ray.io")
+CRD_NAMES = (
+    "rayclusters.ray.io",
+    "rayservices.ray.io",
+    "rayjobs.ray.io",
+    "raycronjobs.ray.io",
+)
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 POD_SECURITY = {

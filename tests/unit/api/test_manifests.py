@@ -16,13 +16,20 @@ from controllers import rbac
 from tests.unit import helpers
 
 ROOT = pathlib.Path(__file__).parents[3]
+KINDS = ["RayCluster", "RayService", "RayJob", "RayCronJob"]
+TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 
 
 gen = helpers.load_script("hack/gen_manifests.py")
 
 
 def crd_of(kind: str) -> dict[str, Any]:
-    plural = {"RayCluster": "rayclusters", "RayService": "rayservices"}[kind]
+    plural = {
+        "RayCluster": "rayclusters",
+        "RayService": "rayservices",
+        "RayJob": "rayjobs",
+        "RayCronJob": "raycronjobs",
+    }[kind]
     doc: dict[str, Any] = yaml.safe_load(
         (ROOT / f"config/crd/bases/ray.io_{plural}.yaml").read_text()
     )
@@ -72,7 +79,7 @@ def test_check_lists_drift_and_writes_nothing(
     assert capsys.readouterr().out.splitlines()[0] == "out of date: config/rbac/role.yaml"
 
 
-@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_schemas_are_structural(kind: str) -> None:
     for path, node in nodes(schema_of(kind)):
         assert not {"$ref", "allOf", "title"} & set(node), path
@@ -80,7 +87,7 @@ def test_schemas_are_structural(kind: str) -> None:
             assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
             continue
         assert "anyOf" not in node, path
-        assert node.get("type") in {"object", "array", "string", "integer", "boolean"}, path
+        assert node.get("type") in TYPES, path
         if "properties" in node:
             assert "additionalProperties" not in node, path
         if node["type"] == "object" and path != ".metadata":
@@ -91,14 +98,14 @@ def test_schemas_are_structural(kind: str) -> None:
             ), f"{path}: an object with no schema would be pruned empty"
 
 
-@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_crd_shape(kind: str) -> None:
     crd = crd_of(kind)
     assert crd["metadata"]["name"] == f"{kind.lower()}s.ray.io"
     assert crd["spec"]["group"] == "ray.io"
     assert crd["spec"]["scope"] == "Namespaced"
     assert crd["spec"]["names"]["categories"] == ["all"]
-    version, legacy = crd["spec"]["versions"]
+    version, *others = crd["spec"]["versions"]
     assert version["name"] == "v1"
     assert version["served"]
     assert version["storage"]
@@ -106,7 +113,7 @@ def test_crd_shape(kind: str) -> None:
     schema = version["schema"]["openAPIV3Schema"]
     assert schema["required"] == ["spec"]
     assert set(schema["properties"]) == {"apiVersion", "kind", "metadata", "spec", "status"}
-    assert legacy["name"] == "v1alpha1"
+    assert [v["name"] for v in others] == (["v1alpha1"] if kind != "RayCronJob" else [])
 
 
 @pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
@@ -162,7 +169,7 @@ def test_rayservice_printer_columns_are_kuberays() -> None:
     ]
 
 
-@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_printer_columns_point_at_status_fields_that_exist(kind: str) -> None:
     schema = schema_of(kind)
     for name, _, path, _ in columns(kind):
@@ -172,7 +179,7 @@ def test_printer_columns_point_at_status_fields_that_exist(kind: str) -> None:
         for part in path.removeprefix(".").split("."):
             assert part in node.get("properties", {}), f"{name}: {path}"
             node = node["properties"][part]
-        assert node.get("type") in {"string", "integer"} or node.get(
+        assert node.get("type") in {"string", "integer", "boolean"} or node.get(
             "x-kubernetes-int-or-string"
         ), f"{name}: {path}"
 
@@ -215,12 +222,12 @@ def test_validation_rules_reach_the_schema() -> None:
         )
 
 
-@pytest.mark.parametrize("kind", ["RayCluster", "RayService"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_status_has_no_defaults_and_conditions_are_a_map(kind: str) -> None:
     status = schema_of(kind)["properties"]["status"]
     assert not [path for path, node in nodes(status) if "default" in node]
     conditions = [node for path, node in nodes(status) if path.endswith(".conditions")]
-    assert conditions
+    assert conditions or kind == "RayCronJob"
     for node in conditions:
         assert node["x-kubernetes-list-type"] == "map"
         assert node["x-kubernetes-list-map-keys"] == ["type"]
@@ -333,8 +340,14 @@ def test_manager_deployment_is_locked_down() -> None:
 
 
 def test_models_declare_their_crd() -> None:
+    assert [model.__name__ for model in v1.MODELS] == KINDS
     for model in v1.MODELS:
         assert model.RESOURCE.group == v1.GROUP
-        assert model.LEGACY_VERSIONS == ("v1alpha1",)
+        assert (model.LEGACY_VERSIONS, getattr(model, "SERVED_VERSIONS", ())) == {
+            "RayCluster": (("v1alpha1",), ()),
+            "RayService": (("v1alpha1",), ()),
+            "RayJob": ((), ("v1alpha1",)),  # KubeRay v1.7.0 serves RayJob's v1alpha1
+            "RayCronJob": ((), ()),
+        }[model.__name__]
         version = crd_of(model.__name__)["spec"]["versions"][0]
         assert version["additionalPrinterColumns"] == [c.to_api() for c in model.PRINTER_COLUMNS]

@@ -23,12 +23,19 @@ SAMPLES = sorted(
     p for p in (ROOT / "config/samples").glob("*.yaml") if p.name != "kustomization.yaml"
 )
 KUBERAY = sorted(TESTDATA.glob("kuberay_*.yaml"))
-MODELS = {"RayCluster": v1.RayCluster, "RayService": v1.RayService}
+MODELS = {
+    "RayCluster": v1.RayCluster,
+    "RayService": v1.RayService,
+    "RayJob": v1.RayJob,
+    "RayCronJob": v1.RayCronJob,
+}
 PUBLIC = [
     "api.v1",
     "api.v1.groupversion",
     "api.v1.meta",
     "api.v1.raycluster",
+    "api.v1.raycronjob",
+    "api.v1.rayjob",
     "api.v1.rayservice",
     "controllers.rbac",
 ]
@@ -62,8 +69,8 @@ def contains(big: Any, small: Any) -> bool:
     return bool(big == small)
 
 
-def test_samples_cover_both_kinds() -> None:
-    assert sorted(load(p)["kind"] for p in SAMPLES) == ["RayCluster", "RayService"]
+def test_samples_cover_every_kind() -> None:
+    assert sorted(load(p)["kind"] for p in SAMPLES) == sorted(MODELS)
     serve_config = yaml.safe_load(
         load(ROOT / "config/samples/ray_v1_rayservice.yaml")["spec"]["serveConfigV2"]
     )
