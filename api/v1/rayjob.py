@@ -36,6 +36,12 @@ Status: ``jobStatus`` (:class:`JobStatus`, what Ray reports), ``jobDeploymentSta
 (Ray's own start and end), the ``succeeded`` / ``failed`` attempt counters, a copy of
 the RayCluster's status, ``jobStatusCheckFailureStartTime`` and ``observedGeneration``.
 
+Versions: ``v1`` is stored; ``v1alpha1`` is served too (:attr:`RayJob.SERVED_VERSIONS`,
+deprecated), as KubeRay v1.7.0 serves it, but in **v1's shape**: the same schema, no
+conversion, so a ``ray.io/v1alpha1`` RayJob has every v1 field and reads back the same
+through either version (KubeRay's own ``v1alpha1`` schema is older: it requires
+``entrypoint`` and lacks v1's newer fields).
+
 >>> job = RayJob.model_validate({
 ...     "metadata": {"name": "pi"},
 ...     "spec": {"entrypoint": "python pi.py", "runtimeEnvYAML": "pip: [numpy]"},
@@ -361,7 +367,8 @@ class RayJob(meta.Model):
     CATEGORIES: ClassVar[tuple[str, ...]] = ("all",)
     SHORT_NAMES: ClassVar[tuple[str, ...]] = ()
     SERVED_VERSIONS: ClassVar[tuple[str, ...]] = ("v1alpha1",)
-    """Versions served besides ``v1`` with ``v1``'s schema (KubeRay serves ``v1alpha1``)."""
+    """Versions served besides ``v1``, deprecated, with ``v1``'s schema and no conversion
+    (KubeRay v1.7.0 serves ``v1alpha1``; see the module docstring)."""
     LEGACY_VERSIONS: ClassVar[tuple[str, ...]] = ()
     PRINTER_COLUMNS: ClassVar[tuple[meta.PrinterColumn, ...]] = (
         meta.PrinterColumn("job status", "string", ".status.jobStatus", priority=0),
