@@ -50,19 +50,16 @@ def test_a_gate_kuberay_lacks_is_a_key_error_not_false() -> None:
 
 
 def test_gates_not_followed_are_those_differing_from_what_the_operator_does() -> None:
-    assert features.parse("").without_effect() == ["RayJobDeletionPolicy=true"]
-    off = "RayJobDeletionPolicy=false"
-    assert features.parse(off).without_effect() == []
+    assert features.parse("").without_effect() == []
+    # the RayJob gates are followed, either way
+    for gate in ("RayJobDeletionPolicy", "SidecarSubmitterRestart", "RayServiceIncrementalUpgrade"):
+        for value in ("true", "false"):
+            assert features.parse(f"{gate}={value}").without_effect() == []
     # replica labels are always written, as with KubeRay v1.7.0's default
-    assert features.parse("RayMultiHostIndexing=false").without_effect()[1] == (
+    assert features.parse("RayMultiHostIndexing=false").without_effect() == [
         "RayMultiHostIndexing=false"
-    )
-    # the incremental upgrade gate is followed, either way
-    for value in ("true", "false"):
-        assert features.parse(f"RayServiceIncrementalUpgrade={value}").without_effect() == [
-            "RayJobDeletionPolicy=true"
-        ]
-    assert features.parse(off + ",RayCronJob=true").without_effect() == ["RayCronJob=true"]
+    ]
+    assert features.parse("RayCronJob=true").without_effect() == ["RayCronJob=true"]
 
 
 @pytest.mark.parametrize(
