@@ -24,6 +24,33 @@ implementation comes from :meth:`Dashboards.client_for`, a fake from
   ``namespace``, the first container's port named ``serve``, default 8000: see
   :func:`serve_pod`).
 
+The Ray Jobs API (``/api/jobs/``, as Ray 2.x's job module serves it and KubeRay v1.7.0's
+``HTTPMode`` calls it; a job id in a path is percent-encoded as one segment):
+
+- ``await submit_job(request)`` -> ``str``: ``POST /api/jobs/`` with
+  :meth:`JobSubmitRequest.body` (``entrypoint`` always; ``submission_id``,
+  ``metadata``, ``runtime_env``, ``entrypoint_num_cpus``, ``entrypoint_num_gpus``,
+  ``entrypoint_resources`` only when set and not empty or zero, as KubeRay sends them);
+  the answer's ``submission_id`` (else its ``job_id``: Ray's ``JobSubmitResponse`` has
+  both, equal). A submission id already in use is :class:`DashboardJobExists`.
+- ``await get_job(submission_id)`` -> :class:`JobInfo` or ``None``: ``GET
+  /api/jobs/<id>`` (a submission id or a driver job id); ``None`` on Ray's 404.
+- ``await list_jobs()`` -> ``list[JobInfo]``: ``GET /api/jobs/``, every job the head
+  knows, driver jobs (no ``submission_id``) too; at most :data:`MAX_JOBS`.
+- ``await stop_job(submission_id)`` -> ``bool``: ``POST /api/jobs/<id>/stop``; Ray's
+  ``stopped`` (``False``: the job was already terminal).
+- ``await delete_job(submission_id)`` -> ``bool``: ``DELETE /api/jobs/<id>``; Ray's
+  ``deleted``. Ray refuses to delete a job that is not terminal (a 500,
+  :class:`DashboardHTTPError`): stop it first.
+- ``await get_job_logs(submission_id)`` -> ``str``: ``GET /api/jobs/<id>/logs``, Ray's
+  ``logs`` (``""`` before the driver started); read with the same body cap as every
+  answer, so a longer log is :class:`DashboardMalformed`.
+
+``stop_job``, ``delete_job`` and ``get_job_logs`` of an id Ray does not know raise
+:class:`DashboardJobNotFound`. Job statuses are :class:`JobStatus` (``str`` enum; a new
+one is kept as the string); times are epoch milliseconds as Ray sends them. The Jobs
+calls carry the auth token like the Serve calls.
+
 **Errors**, all :class:`DashboardError` (each carries ``method`` and ``url``):
 :class:`DashboardUnreachable` (refused, reset, DNS failure; in kubernetes-proxy mode
 also the API server's own 503, "error trying to reach service" / "no endpoints
@@ -32,8 +59,13 @@ available"), :class:`DashboardTimeout` (the connect or total timeout passed),
 such as Serve's plain-text 400 for a config without ``import_path``; in
 kubernetes-proxy mode the API server's refusals too, e.g. 403 with its message) and
 :class:`DashboardMalformed` (a 2xx body that is not JSON or not the expected shape, or
-with more than :data:`MAX_APPLICATIONS` applications) and :class:`DashboardRedirected`
-(a 3xx answer, naming its ``Location``).
+with more than :data:`MAX_APPLICATIONS` applications or :data:`MAX_JOBS` jobs) and
+:class:`DashboardRedirected` (a 3xx answer, naming its ``Location``). Two
+:class:`DashboardHTTPError` subclasses name Jobs API answers a caller may want to tell
+apart: :class:`DashboardJobExists` (the submission id is taken: Ray's 500 saying
+:data:`JOB_EXISTS_MARKER`; "already submitted" may be success) and
+:class:`DashboardJobNotFound` (Ray's 404 for an unknown job, never the API server's own
+404).
 
 **Never followed, never unbounded**: redirects are not followed in any mode (a head
 that answers the PUT with a 307 would otherwise have the config re-sent wherever it
@@ -66,7 +98,7 @@ through the API server's proxy subresources (the head service's port **named**
 credentials (:meth:`runtime.client.client.Client.send`), so a manager outside the
 cluster needs nothing but the API server. IPv6 addresses are bracketed.
 
-**Auth**: with ``auth_token``, dashboard requests carry ``x-ray-authorization:
+**Auth**: with ``auth_token``, dashboard requests (Serve and Jobs) carry ``x-ray-authorization:
 Bearer <token>`` (Ray's header for token authentication behind proxies, which
 consume ``Authorization``). KubeRay v1.5.0 has no token support; KubeRay 1.6 sends
 this header with the token from the Secret named after the cluster (or
@@ -95,13 +127,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Annotated, Any, Literal, Protocol, TypeAlias
 
 import aiohttp
 import pydantic
 
-from api.v1 import meta
+from api.v1 import meta, rayjob
 from controllers.ray import serve
 from runtime.client import client as client_
 from runtime.client import errors as errors_
@@ -110,8 +143,11 @@ __all__ = [
     "ADDRESS_MODES",
     "APPLICATIONS_PATH",
     "AUTH_HEADER",
+    "JOBS_PATH",
+    "JOB_EXISTS_MARKER",
     "MAX_APPLICATIONS",
     "MAX_BODY_BYTES",
+    "MAX_JOBS",
     "Address",
     "ApplicationDetails",
     "ApplicationStatus",
@@ -119,6 +155,8 @@ __all__ = [
     "DashboardError",
     "DashboardFactory",
     "DashboardHTTPError",
+    "DashboardJobExists",
+    "DashboardJobNotFound",
     "DashboardMalformed",
     "DashboardRedirected",
     "DashboardTimeout",
@@ -126,12 +164,17 @@ __all__ = [
     "Dashboards",
     "DeploymentDetails",
     "DeploymentStatus",
+    "JobInfo",
+    "JobStatus",
+    "JobSubmitRequest",
     "Mode",
     "PodRef",
     "ServeDetails",
     "ServePod",
     "Timeouts",
     "address",
+    "parse_job_info",
+    "parse_job_list",
     "parse_serve_details",
     "serve_pod",
 ]
@@ -153,6 +196,14 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_APPLICATIONS = 1000
 """More applications in one answer than this is refused as malformed (a head cannot
 run that many; the bound keeps one answer's parse short)."""
+JOBS_PATH = "/api/jobs/"
+MAX_JOBS = 10_000
+"""More jobs in one ``GET /api/jobs/`` answer than this is refused as malformed (Ray keeps
+every submission until it is deleted; the bound keeps one answer's parse short)."""
+JOB_EXISTS_MARKER = "Please use a different submission_id"
+"""What Ray's answer to a submission with a submission id already in use says (Ray 2.x:
+``Job with submission_id <id> already exists. Please use a different submission_id.``,
+inside a 500's traceback; KubeRay v1.7.0 looks for this sentence)."""
 _ERROR_TEXT_IN_MESSAGE = 1000
 """Characters of a response body quoted in an error's message (``text`` keeps all)."""
 
@@ -197,6 +248,143 @@ def parse_serve_details(body: bytes | str) -> ServeDetails:
         ) from None
 
 
+JobStatus = rayjob.JobStatus
+"""Ray's job statuses (``PENDING``, ``RUNNING``, ``STOPPED``, ``SUCCEEDED``, ``FAILED``):
+the API's own enum, a ``str`` enum with ``terminal``; a status Ray adds later is kept as
+the string."""
+
+
+def _none_to(default: object) -> Callable[[object], object]:
+    def convert(value: object) -> object:
+        return default if value is None else value
+
+    return convert
+
+
+_JobText = Annotated[str, pydantic.BeforeValidator(_none_to(""))]
+_JobMetadata = Annotated[dict[str, str], pydantic.BeforeValidator(_none_to({}))]
+
+
+class JobInfo(pydantic.BaseModel):
+    """One job as Ray's Jobs API reports it (``JobDetails``); fields Ray adds are ignored.
+
+    ``start_time`` and ``end_time`` are Unix epoch **milliseconds** as Ray sends them,
+    ``None`` when absent or null (``end_time`` until the job is terminal; KubeRay copies
+    them to ``status.rayJobInfo`` only when non-zero). ``job_id`` is Ray's driver job id
+    (``None`` while ``PENDING``), ``submission_id`` the id the job was submitted with
+    (``None`` for a job a driver started outside the Jobs API). ``message`` and
+    ``entrypoint`` read a null as ``""``, ``metadata`` as ``{}``.
+
+    >>> info = parse_job_info(b'{"submission_id": "s", "status": "RUNNING", "new": 1}')
+    >>> info.status == JobStatus.RUNNING, info.start_time, info.metadata
+    (True, None, {})
+    """
+
+    model_config = pydantic.ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    status: str
+    job_id: str | None = None
+    submission_id: str | None = None
+    message: _JobText = ""
+    start_time: int | None = None
+    end_time: int | None = None
+    entrypoint: _JobText = ""
+    metadata: _JobMetadata = pydantic.Field(default_factory=dict)
+    error_type: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether Ray will not change the status any more (``STOPPED``, ``SUCCEEDED``,
+        ``FAILED``)."""
+        return self.status in (JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobSubmitRequest:
+    """What ``submit_job`` POSTs to ``/api/jobs/`` (Ray's ``JobSubmitRequest``).
+
+    :meth:`body` is the JSON, shaped as KubeRay v1.7.0 sends it: ``entrypoint`` always;
+    every other key only when it is set and not empty or zero (``None``, ``""``, ``{}``
+    and ``0`` are left out, as Go's ``omitempty``); a negative number is sent as it is
+    (Ray judges it).
+
+    >>> JobSubmitRequest(entrypoint="python x.py", submission_id="j-1", metadata={},
+    ...                  entrypoint_num_cpus=0, entrypoint_num_gpus=-1).body()
+    {'entrypoint': 'python x.py', 'submission_id': 'j-1', 'entrypoint_num_gpus': -1}
+    """
+
+    entrypoint: str
+    submission_id: str | None = None
+    """The id to submit with; Ray makes one (``raysubmit_...``) when it is absent."""
+    metadata: Mapping[str, str] | None = None
+    runtime_env: Mapping[str, Any] | None = None
+    """The runtime environment as an object (KubeRay: ``runtimeEnvYAML`` parsed)."""
+    entrypoint_num_cpus: float | None = None
+    entrypoint_num_gpus: float | None = None
+    entrypoint_resources: Mapping[str, float] | None = None
+    """Custom resources (KubeRay: ``entrypointResources`` JSON-decoded)."""
+
+    def body(self) -> dict[str, Any]:
+        """The JSON object to POST (see the class docstring)."""
+        result: dict[str, Any] = {"entrypoint": self.entrypoint}
+        for field in dataclasses.fields(self)[1:]:
+            value = getattr(self, field.name)
+            if isinstance(value, Mapping):
+                value = dict(value) or None
+            if value is None or value == "" or (isinstance(value, int | float) and value == 0):
+                continue
+            result[field.name] = value
+        return result
+
+
+def parse_job_info(body: bytes | str) -> JobInfo:
+    """Parse a ``GET /api/jobs/<id>`` body; :class:`DashboardMalformed` if it is not JSON
+    or not one job (an object with a string ``status``).
+
+    >>> parse_job_info(b'{"status": "SUCCEEDED", "start_time": 1700000000000, '
+    ...                b'"end_time": 1700000003000, "message": null}').end_time
+    1700000003000
+    """
+    return _job(_json(body, "a job"), body)
+
+
+def parse_job_list(body: bytes | str) -> list[JobInfo]:
+    """Parse a ``GET /api/jobs/`` body (a JSON list of jobs, submitted and driver jobs
+    alike); :class:`DashboardMalformed` if it is not that, or lists more than
+    :data:`MAX_JOBS`.
+
+    >>> [j.submission_id for j in parse_job_list(b'[{"status": "RUNNING", "submission_id": "a"}]')]
+    ['a']
+    """
+    decoded = _json(body, "the job list")
+    if not isinstance(decoded, list):
+        raise DashboardMalformed("the body is not a list of jobs", text=_as_text(body))
+    if len(decoded) > MAX_JOBS:
+        raise DashboardMalformed(f"the body lists {len(decoded)} jobs, more than {MAX_JOBS}")
+    return [_job(item, body, where=f"[{index}]") for index, item in enumerate(decoded)]
+
+
+def _json(body: bytes | str, what: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise DashboardMalformed(
+            f"the body is not JSON ({exc}), not {what}", text=_as_text(body)
+        ) from None
+
+
+def _job(decoded: Any, body: bytes | str, *, where: str = "") -> JobInfo:
+    try:
+        return JobInfo.model_validate(decoded)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{where}{meta.field_path(e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise DashboardMalformed(
+            f"the body is not Ray's job details ({problems})", text=_as_text(body)
+        ) from None
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 
@@ -230,6 +418,32 @@ class DashboardHTTPError(DashboardError):
         super().__init__(
             f"HTTP {status}" + (f": {quoted}" if quoted else ""), method=method, url=url
         )
+
+
+class DashboardJobExists(DashboardHTTPError):
+    """``submit_job``: Ray refused the submission because its ``submission_id`` is already
+    in use (a 500, or a 400 from older heads, saying :data:`JOB_EXISTS_MARKER`). The job
+    was submitted before, maybe by an earlier pass: a caller may take it as success.
+    ``submission_id`` is the id sent."""
+
+    def __init__(
+        self, status: int, text: str, submission_id: str, *, method: str = "", url: str = ""
+    ) -> None:
+        self.submission_id = submission_id
+        super().__init__(status, text, method=method, url=url)
+
+
+class DashboardJobNotFound(DashboardHTTPError):
+    """Ray's own 404 for a job id it does not know (``stop_job``, ``delete_job``,
+    ``get_job_logs``; ``get_job`` answers ``None`` instead). ``submission_id`` is the id
+    asked for. The API server's 404 in kubernetes-proxy mode (no such service) is a plain
+    :class:`DashboardHTTPError`, never this."""
+
+    def __init__(
+        self, status: int, text: str, submission_id: str, *, method: str = "", url: str = ""
+    ) -> None:
+        self.submission_id = submission_id
+        super().__init__(status, text, method=method, url=url)
 
 
 class DashboardRedirected(DashboardError):
@@ -318,6 +532,24 @@ class Address:
         """The Serve applications endpoint (a path on the API server in proxy mode)."""
         return self.dashboard + APPLICATIONS_PATH
 
+    @property
+    def jobs_url(self) -> str:
+        """The Jobs API's collection (``POST`` submits, ``GET`` lists)."""
+        return self.dashboard + JOBS_PATH
+
+    def job_url(self, submission_id: str, action: str = "") -> str:
+        """The Jobs API's URL of one job (``action``: ``"stop"`` or ``"logs"``); the id is
+        percent-encoded as one path segment, and an empty one is a ``ValueError``.
+
+        >>> address("pod-ip", cluster="c", namespace="n", head_pod_ip="198.18.0.9").job_url(
+        ...     "a/b c", "stop")
+        'http://198.18.0.9:8265/api/jobs/a%2Fb%20c/stop'
+        """
+        if not submission_id:
+            raise ValueError("a job's submission id cannot be empty")
+        segment = urllib.parse.quote(submission_id, safe="")
+        return f"{self.jobs_url}{segment}" + (f"/{action}" if action else "")
+
     def healthz_url(self, pod: ServePod) -> str:
         """The Serve proxy health endpoint of ``pod``; ``ValueError`` when a direct mode
         needs an IP the pod does not have yet."""
@@ -384,6 +616,30 @@ class DashboardClient(Protocol):
 
     async def serve_proxy_healthy(self, pod: PodRef) -> bool:
         """Whether ``pod``'s Serve proxy answers 200 on ``/-/healthz``; never raises."""
+        ...
+
+    async def submit_job(self, request: JobSubmitRequest) -> str:
+        """Submit a job; its submission id. :class:`DashboardJobExists` if the id is taken."""
+        ...
+
+    async def get_job(self, submission_id: str) -> JobInfo | None:
+        """One job, or ``None`` when Ray does not know the id."""
+        ...
+
+    async def list_jobs(self) -> list[JobInfo]:
+        """Every job the head knows (submitted and driver jobs)."""
+        ...
+
+    async def stop_job(self, submission_id: str) -> bool:
+        """Ask Ray to stop a job; ``False`` when it was already terminal."""
+        ...
+
+    async def delete_job(self, submission_id: str) -> bool:
+        """Delete a terminal job's record; Ray refuses (HTTP 500) a job still running."""
+        ...
+
+    async def get_job_logs(self, submission_id: str) -> str:
+        """A job's driver logs so far (bounded like every answer)."""
         ...
 
 
@@ -529,6 +785,117 @@ class _Client:
         except DashboardError:
             return False
         return answer.status == 200
+
+    # -- the Jobs API ---------------------------------------------------------------------
+
+    async def submit_job(self, request: JobSubmitRequest) -> str:
+        url = self.address.jobs_url
+        body = json.dumps(request.body()).encode()
+        try:
+            answer = await self._request(
+                "POST", url, body=body, headers={"Content-Type": "application/json"}
+            )
+        except DashboardHTTPError as exc:
+            if exc.status in (400, 500) and JOB_EXISTS_MARKER in exc.text:
+                raise DashboardJobExists(
+                    exc.status, exc.text, request.submission_id or "",
+                    method=exc.method, url=exc.url,
+                ) from None  # fmt: skip
+            raise
+        decoded = self._decoded(answer, "POST", url)
+        submission_id = decoded.get("submission_id") if isinstance(decoded, dict) else None
+        if not isinstance(submission_id, str) or not submission_id:
+            submission_id = decoded.get("job_id") if isinstance(decoded, dict) else None
+        if not isinstance(submission_id, str) or not submission_id:
+            raise DashboardMalformed(
+                "the body is not Ray's submit response (no submission_id)",
+                text=_as_text(answer.body), method="POST", url=self._shown(url),
+            )  # fmt: skip
+        return submission_id
+
+    async def get_job(self, submission_id: str) -> JobInfo | None:
+        url = self.address.job_url(submission_id)
+        answer = await self._job_request("GET", url, submission_id, missing_ok=True)
+        if answer is None:
+            return None
+        try:
+            return parse_job_info(answer.body)
+        except DashboardMalformed as exc:
+            raise DashboardMalformed(
+                exc.detail, text=exc.text, method="GET", url=self._shown(url)
+            ) from None
+
+    async def list_jobs(self) -> list[JobInfo]:
+        url = self.address.jobs_url
+        answer = await self._request("GET", url)
+        try:
+            return parse_job_list(answer.body)
+        except DashboardMalformed as exc:
+            raise DashboardMalformed(
+                exc.detail, text=exc.text, method="GET", url=self._shown(url)
+            ) from None
+
+    async def stop_job(self, submission_id: str) -> bool:
+        url = self.address.job_url(submission_id, "stop")
+        answer = await self._job_request("POST", url, submission_id)
+        assert answer is not None
+        return self._flag(answer, "POST", url, "stopped")
+
+    async def delete_job(self, submission_id: str) -> bool:
+        url = self.address.job_url(submission_id)
+        answer = await self._job_request("DELETE", url, submission_id)
+        assert answer is not None
+        return self._flag(answer, "DELETE", url, "deleted")
+
+    async def get_job_logs(self, submission_id: str) -> str:
+        url = self.address.job_url(submission_id, "logs")
+        answer = await self._job_request("GET", url, submission_id)
+        assert answer is not None
+        decoded = self._decoded(answer, "GET", url)
+        logs = decoded.get("logs") if isinstance(decoded, dict) else None
+        if not isinstance(logs, str):
+            raise DashboardMalformed(
+                "the body is not Ray's logs response (no string logs)",
+                text=_as_text(answer.body), method="GET", url=self._shown(url),
+            )  # fmt: skip
+        return logs
+
+    async def _job_request(
+        self, method: str, url: str, submission_id: str, *, missing_ok: bool = False
+    ) -> _Answer | None:
+        """A request about one job: Ray's own 404 is ``None`` (``missing_ok``) or
+        :class:`DashboardJobNotFound`; any other non-2xx is raised as usual."""
+        answer = await self._request(method, url, check=False)
+        if answer.status == 404 and not (
+            self.address.via_api_server and _kubernetes_status(answer) is not None
+        ):
+            if missing_ok:
+                return None
+            raise DashboardJobNotFound(
+                404, _as_text(answer.body), submission_id, method=method, url=self._shown(url)
+            )
+        if not 200 <= answer.status < 300:
+            raise self._http_error(method, url, answer)
+        return answer
+
+    def _decoded(self, answer: _Answer, method: str, url: str) -> Any:
+        try:
+            return json.loads(answer.body)
+        except ValueError as exc:
+            raise DashboardMalformed(
+                f"the body is not JSON ({exc})", text=_as_text(answer.body),
+                method=method, url=self._shown(url),
+            ) from None  # fmt: skip
+
+    def _flag(self, answer: _Answer, method: str, url: str, key: str) -> bool:
+        decoded = self._decoded(answer, method, url)
+        value = decoded.get(key) if isinstance(decoded, dict) else None
+        if not isinstance(value, bool):
+            raise DashboardMalformed(
+                f"the body is not Ray's answer (no boolean {key!r})",
+                text=_as_text(answer.body), method=method, url=self._shown(url),
+            )  # fmt: skip
+        return value
 
     # -- transport ------------------------------------------------------------------------
 
