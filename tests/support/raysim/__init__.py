@@ -11,7 +11,17 @@ processes:
 - :mod:`tests.support.raysim.inside` runs inside the pod-network namespace and answers on
   ``:8265``, ``:8000`` and ``:52365`` of every live head IP (dispatching on the local
   address; other IPs get their connections reset) with
-- :mod:`tests.support.raysim.serve`, Ray Serve's REST subset and lifecycle, pure.
+- :mod:`tests.support.raysim.serve`, Ray Serve's REST subset and lifecycle, pure, and
+- :mod:`tests.support.raysim.jobs`, the Ray Jobs API and its jobs' lifecycle, pure.
+
+A simulated job's timing and outcome: ``Simulator(job_pending_s=, job_run_s=,
+job_outcome=)`` are every job's defaults (1 s ``PENDING``, 3 s ``RUNNING``, then
+``succeed``; ``fail`` ends ``FAILED``, ``forever`` runs until stopped); a job overrides
+them with ``raysim.<key>=<value>`` words in its entrypoint (``python x.py
+raysim.outcome=fail raysim.run_s=2 'raysim.message=out of memory'``) or, winning over
+those, ``raysim.<key>`` metadata keys (a RayJob's ``spec.metadata``): ``outcome``,
+``pending_s``, ``run_s``, ``message``. :meth:`Simulator.job_requests` counts the Jobs API
+requests per job.
 
 :class:`Simulator` (``with raysim.running(control_plane) as sim:``) starts the host part
 (which starts the inside part) and stops both, by their own process group only. Its
@@ -57,6 +67,9 @@ class Simulator:
         deploy_delay: float = 3.0,
         delete_delay: float = 0.0,
         unimportable: tuple[str, ...] = (),
+        job_pending_s: float = 1.0,
+        job_run_s: float = 3.0,
+        job_outcome: str = "succeed",
         log_path: pathlib.Path | None = None,
         start_timeout: float = 60.0,
     ) -> None:
@@ -64,6 +77,8 @@ class Simulator:
             sys.executable, "-m", "tests.support.raysim", "--kubeconfig", str(kubeconfig),
             "--netns", netns, "--deploy-delay", str(deploy_delay),
             "--delete-delay", str(delete_delay), "--unimportable", ",".join(unimportable),
+            "--job-pending-s", str(job_pending_s), "--job-run-s", str(job_run_s),
+            "--job-outcome", job_outcome,
         ]  # fmt: skip
         if host_veth:
             self.args += ["--host-veth", host_veth]
@@ -131,10 +146,21 @@ class Simulator:
             for ip, port, method, path, count in self.state().get("requests", [])
         }
 
+    def job_requests(self) -> dict[tuple[str, str, str, str], int]:
+        """Jobs API requests the heads got since the simulator started, by (pod IP,
+        submission id, method, route): the route with ``{id}`` for the id
+        (``/api/jobs/{id}/stop``); a submission is counted under the id it submitted (the
+        one Ray made when it had none), a list (``GET /api/jobs/``) under ``""``. The
+        requests about one job: ``sum(n for (_, job, _, _), n in ... if job == id)``."""
+        return {
+            (str(ip), str(job), str(method), str(route)): int(count)
+            for ip, job, method, route, count in self.state().get("job_requests", [])
+        }
+
     def fault(self, ip: str, **switches: Any) -> dict[str, Any]:
         """Flip fault switches of the head at ``ip``: ``dashboard_down=True``,
         ``slow_s=0.5``, ``unhealthy="<app>"``, ``healthy="<app>"`` (undoes ``unhealthy``),
-        ``restart=True``."""
+        ``restart=True`` (the head forgets its applications and jobs)."""
         return self._call("POST", "/fault", {"ip": ip, **switches})
 
     def wait_for_ips(self, ips: set[str], *, present: bool = True, within: float = 60.0) -> None:

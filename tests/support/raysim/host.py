@@ -1,7 +1,9 @@
 """The host part of the Ray simulator: pods in, live head IPs out, fault switches.
 
 ``python -m tests.support.raysim --kubeconfig KC --netns NS [--host-veth V] [--pod-cidr C]
-[--admin-port P] [--deploy-delay S] [--delete-delay S] [--unimportable m1,m2]``
+[--admin-port P] [--deploy-delay S] [--delete-delay S] [--unimportable m1,m2]
+[--job-pending-s S] [--job-run-s S] [--job-outcome succeed|fail|forever]`` (the ``--job-*``
+options are the defaults of every simulated job: :class:`tests.support.raysim.jobs.Defaults`)
 
 1. **Refuses to start** unless ``NS`` exists and three addresses of the pod CIDR
    (first, middle, last) route into ``NS``'s host veth (``ip route get`` says
@@ -19,7 +21,7 @@
 4. Serves an admin API on ``127.0.0.1:P`` only (``0``: any free port): ``POST /fault``
    (a JSON body as the inside's ``fault`` op: ``ip`` plus ``dashboard_down``,
    ``slow_s``, ``unhealthy``, ``healthy``, ``restart``), ``GET /state`` (live IPs as the inside part
-   has them, both processes' pids and RSS), ``GET /healthz``.
+   has them, both processes' pids and RSS, the request counts), ``GET /healthz``.
 5. Prints one JSON line when everything is up: ``{"ready": true, "admin": url,
    "pid": ..., "inside_pid": ..., "cidr": ..., "netns": ..., "ports": {...}}``.
 
@@ -45,6 +47,8 @@ import sys
 from typing import Any
 
 from aiohttp import web, web_request, web_response
+
+from tests.support.raysim import inside
 
 __all__ = ["HEAD_SELECTOR", "RAY_SELECTOR", "RouteError", "check_routes", "main"]
 
@@ -207,7 +211,8 @@ class Host:
         command = [
             "ip", "netns", "exec", a.netns, sys.executable, "-m", "tests.support.raysim.inside",
             "--deploy-delay", str(a.deploy_delay), "--delete-delay", str(a.delete_delay),
-            "--unimportable", a.unimportable,
+            "--unimportable", a.unimportable, "--job-pending-s", str(a.job_pending_s),
+            "--job-run-s", str(a.job_run_s), "--job-outcome", a.job_outcome,
         ]  # fmt: skip
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -395,6 +400,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--deploy-delay", type=float, default=3.0)
     parser.add_argument("--delete-delay", type=float, default=0.0)
     parser.add_argument("--unimportable", default="", help="comma-separated module names")
+    inside.add_job_arguments(parser)
     return parser.parse_args(argv)
 
 

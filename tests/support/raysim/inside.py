@@ -13,7 +13,11 @@ pod went away meanwhile.
 Per live IP it keeps a :class:`tests.support.raysim.serve.Head`:
 
 - ``:8265`` ``GET|PUT|DELETE /api/serve/applications/`` (the Serve REST subset),
-  ``GET /api/gcs_healthz`` (``success``), ``GET /api/version``;
+  the Ray Jobs API (``POST|GET /api/jobs/``, ``GET|DELETE /api/jobs/<id>``, ``POST
+  /api/jobs/<id>/stop``, ``GET /api/jobs/<id>/logs``: a :class:`tests.support.raysim.jobs.Jobs`
+  per head, its jobs' timing and outcome from ``--job-pending-s``, ``--job-run-s``,
+  ``--job-outcome`` and each job's own ``raysim.*`` directives), ``GET /api/gcs_healthz``
+  (``success``), ``GET /api/version``;
 - ``:52365`` ``GET /api/local_raylet_healthz`` (``success``) - the two endpoints
   KubeRay's probes call;
 - ``:8000`` ``/-/healthz`` (200 ``success``), ``/-/routes``, and any other path routed
@@ -40,14 +44,18 @@ Operations:
   ``:52365`` reset connections), ``slow_s`` (float: added before every dashboard
   answer), ``unhealthy`` (an application name that turns ``UNHEALTHY``), ``healthy``
   (an ``UNHEALTHY`` application name that turns ``RUNNING`` again), ``restart``
-  (true: the head forgets its applications). Answers ``{"ok": false, "error": ...}`` for
-  an unknown IP.
+  (true: the head forgets its applications and its jobs). Answers ``{"ok": false,
+  "error": ...}`` for an unknown IP.
 - ``{"op": "state"}`` - ``{"ips": [...], "rss_kib": ..., "requests": [[ip, port name,
   method, path, count], ...]}``: ``requests`` counts every HTTP request that reached a
   listener since start (answered or reset), by the pod IP dialled, and every connection
   reset before a request was read (an IP with no live head, a dashboard that is down,
   ``:8000`` before Serve runs) with method and path ``""`` - what tests and benchmarks
-  count the operator's data-plane traffic with.
+  count the operator's data-plane traffic with; and ``job_requests``: ``[[ip, submission
+  id, method, route, count], ...]``, the Jobs API requests by the job they were about
+  (a submission counted under the id it submitted, or tried to; a list under ``""``) and
+  the route with ``{id}`` (``/api/jobs/{id}/stop``), so a benchmark can tell data-plane
+  requests per job.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ from typing import Any
 
 from aiohttp import web, web_request, web_response
 
+from tests.support.raysim import jobs as jobs_
 from tests.support.raysim import serve
 
 __all__ = ["DEFAULT_PORTS", "POD_HEADER", "Inside", "has_default_route", "main"]
@@ -77,10 +86,11 @@ POD_HEADER = "x-raysim-pod"
 
 
 class _HeadState:
-    __slots__ = ("dashboard_down", "head", "slow_s", "uid")
+    __slots__ = ("dashboard_down", "head", "jobs", "slow_s", "uid")
 
-    def __init__(self, head: serve.Head, uid: str) -> None:
+    def __init__(self, head: serve.Head, jobs: jobs_.Jobs, uid: str) -> None:
         self.head = head
+        self.jobs = jobs
         self.uid = uid
         self.dashboard_down = False
         self.slow_s = 0.0
@@ -159,8 +169,10 @@ class Inside:
         ports: dict[str, int] | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        job_defaults: jobs_.Defaults | None = None,
     ) -> None:
         self.behaviour = behaviour
+        self.job_defaults = job_defaults or jobs_.Defaults()
         self.clock = clock
         self.ports = dict(ports or DEFAULT_PORTS)
         self.heads: dict[str, _HeadState] = {}
@@ -168,6 +180,8 @@ class Inside:
         """Live worker IP -> its cluster's head IP (a worker answers ``:8000`` only)."""
         self.requests: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
         """Requests by (pod IP, port name, method, path); resets before a request: ``""``."""
+        self.job_requests: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        """Jobs API requests by (pod IP, submission id, method, route with ``{id}``)."""
         self._servers: list[asyncio.base_events.Server] = []
         self._web: list[web.Server] = []
 
@@ -194,7 +208,9 @@ class Inside:
         for ip, uid in pods.items():
             if ip not in self.heads:
                 self.heads[ip] = _HeadState(
-                    serve.Head(self.behaviour, clock=self.clock, ip=ip), uid
+                    serve.Head(self.behaviour, clock=self.clock, ip=ip),
+                    jobs_.Jobs(self.job_defaults, clock=self.clock, ip=ip),
+                    uid,
                 )
 
     def fault(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -214,6 +230,7 @@ class Inside:
             answer["ok"] = answer["healthy"]
         if message.get("restart"):
             state.head.restart()
+            state.jobs.clear()
         return answer
 
     # -- HTTP ----------------------------------------------------------------------------------
@@ -240,6 +257,9 @@ class Inside:
             return web_response.json_response(
                 {"version": "4", "ray_version": serve.RAY_VERSION, "ray_commit": "simulated"}
             )
+        route = jobs_.route_of(path)
+        if route is not None:
+            return await self._jobs(request, state, ip=_local_ip(request.transport), route=route)
         if path.rstrip("/") != "/api/serve/applications":
             return web_response.Response(status=404, text="404: Not Found")
         head = state.head
@@ -260,6 +280,48 @@ class Inside:
             head.delete_applications()
             return web_response.Response(status=200)
         return web_response.Response(status=405, text="405: Method Not Allowed")
+
+    async def _jobs(
+        self,
+        request: web_request.BaseRequest,
+        state: _HeadState,
+        *,
+        ip: str,
+        route: tuple[str, str],
+    ) -> web.StreamResponse:
+        submission_id, template = route
+        method = request.method
+        table = state.jobs
+        body: Any = None
+        answer: Any = None
+        response: web.StreamResponse
+        try:
+            if (method, template) == ("POST", "/api/jobs/"):
+                try:
+                    body = json.loads(await request.read())
+                except ValueError as exc:
+                    raise jobs_.JobError(400, f"Invalid JSON: {exc}") from None
+                if isinstance(body, dict) and isinstance(body.get("submission_id"), str):
+                    submission_id = body["submission_id"]
+                answer = table.submit(body)
+                submission_id = str(answer["submission_id"])  # the one Ray made, if none
+            elif (method, template) == ("GET", "/api/jobs/"):
+                answer = table.list()
+            elif (method, template) == ("GET", "/api/jobs/{id}"):
+                answer = table.get(submission_id)
+            elif (method, template) == ("DELETE", "/api/jobs/{id}"):
+                answer = table.delete(submission_id)
+            elif (method, template) == ("POST", "/api/jobs/{id}/stop"):
+                answer = table.stop(submission_id)
+            elif (method, template) == ("GET", "/api/jobs/{id}/logs"):
+                answer = table.logs(submission_id)
+            else:
+                raise jobs_.JobError(405, "405: Method Not Allowed")
+            response = web_response.json_response(answer)
+        except jobs_.JobError as exc:
+            response = web_response.Response(status=exc.status, text=exc.text)
+        self.job_requests[(ip, submission_id, method, template)] += 1
+        return response
 
     async def _agent(self, request: web_request.BaseRequest) -> web.StreamResponse:
         state = self._state_for(request, "agent")
@@ -383,6 +445,9 @@ async def _serve_channel(inside: Inside) -> None:
             answer = {
                 "ok": True, "ips": sorted(inside.heads), "rss_kib": _rss_kib(),
                 "requests": [[*key, n] for key, n in sorted(inside.requests.items())],
+                "job_requests": [
+                    [*key, n] for key, n in sorted(inside.job_requests.items()) if n
+                ],
             }  # fmt: skip
         else:
             answer = {"ok": False, "error": f"unknown op {op!r}"}
@@ -395,10 +460,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--deploy-delay", type=float, default=serve.Behaviour.deploy_delay)
     parser.add_argument("--delete-delay", type=float, default=serve.Behaviour.delete_delay)
     parser.add_argument("--unimportable", default="", help="comma-separated module names")
+    add_job_arguments(parser)
     parser.add_argument("--dashboard-port", type=int, default=DEFAULT_PORTS["dashboard"])
     parser.add_argument("--serve-port", type=int, default=DEFAULT_PORTS["serve"])
     parser.add_argument("--agent-port", type=int, default=DEFAULT_PORTS["agent"])
     return parser.parse_args(argv)
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--job-pending-s``, ``--job-run-s``, ``--job-outcome``: :class:`jobs.Defaults`."""
+    defaults = jobs_.Defaults()
+    parser.add_argument("--job-pending-s", type=float, default=defaults.pending_s)
+    parser.add_argument("--job-run-s", type=float, default=defaults.run_s)
+    parser.add_argument("--job-outcome", choices=jobs_.OUTCOMES, default=defaults.outcome)
+
+
+def job_defaults_from(args: argparse.Namespace) -> jobs_.Defaults:
+    return jobs_.Defaults(
+        pending_s=args.job_pending_s, run_s=args.job_run_s, outcome=args.job_outcome
+    )
 
 
 def behaviour_from(args: argparse.Namespace) -> serve.Behaviour:
@@ -413,6 +493,7 @@ async def _amain(args: argparse.Namespace) -> int:
     inside = Inside(
         behaviour_from(args),
         {"dashboard": args.dashboard_port, "serve": args.serve_port, "agent": args.agent_port},
+        job_defaults=job_defaults_from(args),
     )
     await inside.start()
     try:
