@@ -1,5 +1,6 @@
 """tests/support/raysim: the Ray simulator answers at kwok head pods' IPs, through the pod network
-and through the API server's pod proxy; an IP stops answering when its pod goes away."""
+and through the API server's pod proxy; an IP stops answering when its pod goes away; the
+operator's dashboard client drives jobs through the simulated Ray Jobs API."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from controllers.ray import dashboard
 from runtime.testing import controlplane
 from tests.integration import helpers
 from tests.support import raysim
@@ -21,7 +23,10 @@ HEAD_LABELS = {"ray.io/node-type": "head", "ray.io/is-ray-node": "yes"}
 
 @pytest.fixture(scope="module")
 def sim(control_plane: controlplane.ControlPlane) -> Iterator[raysim.Simulator]:
-    with raysim.running(control_plane, deploy_delay=1.0, unimportable=("secret_pkg",)) as s:
+    with raysim.running(
+        control_plane, deploy_delay=1.0, unimportable=("secret_pkg",),
+        job_pending_s=1.0, job_run_s=2.0,
+    ) as s:  # fmt: skip
         yield s
 
 
@@ -256,3 +261,95 @@ def test_it_refuses_to_start_unless_the_pod_cidr_routes_into_the_namespace(
         assert "refusing to start" in done.stderr
         assert why in done.stderr
         assert done.stdout == ""
+
+
+async def test_the_dashboard_client_drives_jobs_through_the_simulated_jobs_api(
+    control_plane: controlplane.ControlPlane,
+    namespace: str,
+    sim: raysim.Simulator,
+) -> None:
+    cp = control_plane
+    ip = await make_pod(cp, namespace, "head-jobs", HEAD_LABELS)
+    await helpers.eventually(lambda: ip in sim.state()["ips"], 60, "the simulator to know the head")
+    pod_url(cp, ip, 8265, "/api/jobs/")  # checks the IP is inside the pod network
+    address = dashboard.address("pod-ip", cluster="jobs", namespace=namespace, head_pod_ip=ip)
+    async with dashboard.Dashboards(timeouts=dashboard.Timeouts(total=10)) as owner:
+        client = owner.client_for(address)
+
+        # Submitted: PENDING, then RUNNING, then SUCCEEDED (1 s and 2 s, the fixture's defaults).
+        request = dashboard.JobSubmitRequest(
+            entrypoint="python /home/ray/samples/sample_code.py", submission_id="ok-1",
+            metadata={"owner": "team-a"}, entrypoint_num_cpus=1,
+        )  # fmt: skip
+        assert await client.submit_job(request) == "ok-1"
+        with pytest.raises(dashboard.DashboardJobExists):
+            await client.submit_job(request)
+        seen: list[str] = []
+
+        async def succeeded() -> dashboard.JobInfo | None:
+            info = await client.get_job("ok-1")
+            assert info is not None
+            if not seen or seen[-1] != info.status:
+                seen.append(info.status)
+            return info if info.status == dashboard.JobStatus.SUCCEEDED else None
+
+        done = await helpers.eventually(succeeded, 30, "job ok-1 SUCCEEDED")
+        assert seen == ["PENDING", "RUNNING", "SUCCEEDED"]
+        assert done.start_time is not None
+        assert done.end_time is not None
+        assert 2900 <= done.end_time - done.start_time <= 3100  # epoch ms: 1 s + 2 s
+        assert done.metadata == {"owner": "team-a"}
+        assert "running python /home/ray/samples/sample_code.py" in (
+            await client.get_job_logs("ok-1")
+        )
+
+        # One that runs until stopped: STOPPED, then deleted.
+        forever = dashboard.JobSubmitRequest(
+            entrypoint="python serve.py", submission_id="forever-1",
+            metadata={"raysim.outcome": "forever", "raysim.pending_s": "0"},
+        )  # fmt: skip
+        await client.submit_job(forever)
+        await helpers.eventually(
+            lambda: _status(client, "forever-1", "RUNNING"), 30, "forever-1 RUNNING"
+        )
+        with pytest.raises(dashboard.DashboardHTTPError, match="non-terminal"):
+            await client.delete_job("forever-1")
+        assert await client.stop_job("forever-1") is True
+        assert await _status(client, "forever-1", "STOPPED")
+        assert await client.stop_job("forever-1") is False
+        assert await client.delete_job("forever-1") is True
+        assert await client.get_job("forever-1") is None
+        with pytest.raises(dashboard.DashboardJobNotFound):
+            await client.stop_job("forever-1")
+
+        # A failed outcome, chosen by the entrypoint: FAILED with its message.
+        failing = dashboard.JobSubmitRequest(
+            entrypoint="python train.py raysim.outcome=fail raysim.pending_s=0 raysim.run_s=0.5 "
+            "'raysim.message=CUDA out of memory'",
+            submission_id="fail-1",
+        )
+        await client.submit_job(failing)
+        await helpers.eventually(lambda: _status(client, "fail-1", "FAILED"), 30, "fail-1 FAILED")
+        failed = await client.get_job("fail-1")
+        assert failed is not None
+        assert (failed.message, failed.error_type) == (
+            "CUDA out of memory", "JOB_ENTRYPOINT_COMMAND_ERROR"
+        )  # fmt: skip
+        assert {j.submission_id for j in await client.list_jobs()} == {"ok-1", "fail-1"}
+
+    # The Jobs requests, counted per job (what a benchmark reports per job).
+    counts = sim.job_requests()
+    per_job = {
+        job: sum(n for (at, j, _, _), n in counts.items() if at == ip and j == job)
+        for job in ("ok-1", "forever-1", "fail-1")
+    }
+    assert counts[(ip, "ok-1", "POST", "/api/jobs/")] == 2
+    assert counts[(ip, "forever-1", "POST", "/api/jobs/{id}/stop")] == 3
+    assert counts[(ip, "", "GET", "/api/jobs/")] == 1
+    assert all(n >= 3 for n in per_job.values()), per_job
+    assert sim.requests()[(ip, "dashboard", "DELETE", "/api/jobs/forever-1")] == 2
+
+
+async def _status(client: dashboard.DashboardClient, submission_id: str, wanted: str) -> bool:
+    info = await client.get_job(submission_id)
+    return info is not None and info.status == wanted
