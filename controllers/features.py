@@ -81,8 +81,9 @@ BEHAVES_AS: Mapping[str, bool] = {
 }
 """What this operator does, as a gate value, whatever the gate says: RayCluster status
 conditions are always written and worker pods always carry the replica labels (whole
-multi-host replicas are created and deleted together); RayCronJobs, network policies, mTLS, the history server, embedded GCS storage
-and the Kubernetes WAS scheduler are not implemented."""
+multi-host replicas are created and deleted together); RayCronJobs, network policies,
+mTLS, the history server, embedded GCS storage and the Kubernetes WAS scheduler are not
+implemented."""
 
 FAIL_CLOSED: Mapping[str, str] = {
     "RayClusterMTLS": "mTLS between Ray nodes",
