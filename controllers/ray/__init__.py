@@ -7,6 +7,8 @@ RayJob reconciler drives Ray jobs with).
   address modes (``service``, ``pod-ip``, ``kubernetes-proxy``) and
   :class:`~controllers.ray.dashboard.Dashboards`, the aiohttp implementation owning one
   shared session per manager;
+- :mod:`controllers.ray.jobs`: the Jobs API's ``JobInfo`` and ``JobSubmitRequest`` as
+  data, no I/O (what a pure plan may read);
 - :mod:`controllers.ray.serveconfig`: ``serveConfigV2`` YAML -> the JSON body to PUT;
 - :mod:`controllers.ray.fake`: :class:`~controllers.ray.fake.FakeDashboard` and
   :class:`~controllers.ray.fake.FakeDashboards` for unit tests.
