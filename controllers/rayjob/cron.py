@@ -69,7 +69,7 @@ from collections.abc import Mapping
 
 from controllers import goduration
 
-__all__ = ["CronError", "Every", "Schedule", "Spec", "parse"]
+__all__ = ["CronError", "Every", "Schedule", "Spec", "load_zone", "parse"]
 
 _STAR = 1 << 63
 """robfig's ``starBit``: the field was ``*`` or ``?`` (with no step above 1)."""
@@ -333,7 +333,7 @@ _DESCRIPTORS = {
 }
 
 
-def _zone(name: str) -> dt.tzinfo | None:
+def load_zone(name: str) -> dt.tzinfo | None:
     """Go's ``time.LoadLocation``: ``""`` and ``UTC`` are UTC, ``Local`` the local zone."""
     if name in ("", "UTC"):
         return dt.UTC
@@ -360,7 +360,7 @@ def parse(expr: str, zone: dt.tzinfo | None = None) -> Schedule:
         if " " not in expr:
             raise CronError(f"{expr!r}: a time zone prefix must be followed by a schedule")
         prefix, rest = expr.split(" ", 1)
-        zone = _zone(prefix.partition("=")[2])
+        zone = load_zone(prefix.partition("=")[2])
         expr = rest.strip()  # Go's strings.TrimSpace
         if not expr:
             raise CronError("the schedule is empty")
