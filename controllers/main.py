@@ -107,6 +107,8 @@ import controllers.setup
 from controllers import configuration, environment, features, webhooks
 from controllers.raycluster import pods as raycluster_pods
 from controllers.raycluster import reconciler as raycluster_reconciler
+from controllers.rayjob import plan as rayjob_plan
+from controllers.rayjob import reconciler as rayjob_reconciler
 from controllers.rayservice import gateway
 from controllers.rayservice import reconciler as rayservice_reconciler
 from controllers.rayservice import setup as rayservice_setup
@@ -544,6 +546,7 @@ async def _run(
         max_concurrent_reconciles=settings.reconcile_concurrency,
         rayservice_options=_rayservice_options(settings, gateway_api=gateway_api),
         raycluster_options=_raycluster_options(config),
+        rayjob_options=_rayjob_options(settings),
         enable_metrics=settings.enable_metrics,
     )
     if os.environ.get("ENABLE_WEBHOOKS") == "true":
@@ -583,6 +586,26 @@ def _rayservice_options(
         gateway_api=gateway_api,
         incremental_upgrade=settings.gates().enabled("RayServiceIncrementalUpgrade"),
         gateway_classes=settings.classes(),
+    )
+
+
+def _rayjob_options(
+    settings: Settings, *, environ: Mapping[str, str] = os.environ
+) -> rayjob_reconciler.Options:
+    """KubeRay's RayJob environment variables and feature gates."""
+    env = environment.Environment.read(environ)
+    gates = settings.gates()
+    return rayjob_reconciler.Options(
+        address_mode=settings.dashboard_address_mode,
+        plan=rayjob_plan.Options(
+            cluster_domain=env.cluster_domain,
+            delete_rayjob_after_finish=env.delete_rayjob_after_finish,
+            login_shell=env.login_shell,
+            transition_grace_period=env.rayjob_grace_period,
+            status_check_timeout=env.rayjob_status_check_timeout,
+            deletion_policy=gates.enabled("RayJobDeletionPolicy"),
+            sidecar_restart=gates.enabled("SidecarSubmitterRestart"),
+        ),
     )
 
 

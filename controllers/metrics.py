@@ -1,4 +1,5 @@
-"""KubeRay's ``kuberay_*`` metrics for RayClusters and RayServices, on the manager's ``/metrics``.
+"""KubeRay's ``kuberay_*`` metrics for RayClusters, RayServices and RayJobs, on the manager's
+``/metrics``.
 
 The same families as KubeRay v1.7.0 (``ray-operator/controllers/ray/metrics``): names,
 types, label names and lifecycles, so that its operator dashboard
@@ -13,7 +14,10 @@ Computed at scrape time, value ``1``, one series per object the manager's cache 
 - ``kuberay_cluster_condition_provisioned{name,namespace,uid,condition}``;
 - ``kuberay_service_info{name,namespace,uid}``;
 - ``kuberay_service_condition_ready{name,namespace,uid,condition}``;
-- ``kuberay_service_condition_upgrade_in_progress{name,namespace,uid,condition}``.
+- ``kuberay_service_condition_upgrade_in_progress{name,namespace,uid,condition}``;
+- ``kuberay_job_info{name,namespace,uid}``;
+- ``kuberay_job_deployment_status{name,namespace,uid,deployment_status}``: the RayJob's
+  ``status.jobDeploymentStatus`` (the empty string before its first pass).
 
 ``condition`` is ``"true"`` when the object's condition (``RayClusterProvisioned``,
 ``Ready``, ``UpgradeInProgress``) has status ``True``, else ``"false"`` (also when the
@@ -30,6 +34,11 @@ Event-driven:
   that name, by :meth:`ProvisionedDurations.forget` when a reconcile finds the
   RayCluster gone. As in KubeRay, the value lives in memory: a restarted operator
   reports only the clusters provisioned since.
+- ``kuberay_job_execution_duration_seconds{name,namespace,uid,job_deployment_status,
+  retry_count}``: set by :meth:`JobDurations.job_passed` when a RayJob pass moved the job
+  from a running state to ``Complete``, ``Failed`` or ``Retrying`` (seconds from the
+  attempt's ``status.startTime``; ``retry_count`` is ``status.failed`` before that pass);
+  removed, for every uid of that name, when a reconcile finds the RayJob gone.
 
 **Registration.** :func:`enable` registers these families in
 :data:`runtime.metrics.registry` - only then: without it no ``kuberay_*`` family
@@ -63,6 +72,7 @@ True
 
 from __future__ import annotations
 
+import datetime
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -82,11 +92,15 @@ __all__ = [
     "CLUSTER_CONDITION_PROVISIONED",
     "CLUSTER_INFO",
     "CLUSTER_PROVISIONED_DURATION",
+    "JOB_DEPLOYMENT_STATUS",
+    "JOB_EXECUTION_DURATION",
+    "JOB_INFO",
     "NAMES",
     "SERVICE_CONDITION_READY",
     "SERVICE_CONDITION_UPGRADE_IN_PROGRESS",
     "SERVICE_INFO",
     "Collector",
+    "JobDurations",
     "ProvisionedDurations",
     "enable",
 ]
@@ -99,6 +113,9 @@ CLUSTER_PROVISIONED_DURATION = "kuberay_cluster_provisioned_duration_seconds"
 SERVICE_INFO = "kuberay_service_info"
 SERVICE_CONDITION_READY = "kuberay_service_condition_ready"
 SERVICE_CONDITION_UPGRADE_IN_PROGRESS = "kuberay_service_condition_upgrade_in_progress"
+JOB_INFO = "kuberay_job_info"
+JOB_DEPLOYMENT_STATUS = "kuberay_job_deployment_status"
+JOB_EXECUTION_DURATION = "kuberay_job_execution_duration_seconds"
 NAMES = (
     CLUSTER_INFO,
     CLUSTER_CONDITION_PROVISIONED,
@@ -106,6 +123,9 @@ NAMES = (
     SERVICE_INFO,
     SERVICE_CONDITION_READY,
     SERVICE_CONDITION_UPGRADE_IN_PROGRESS,
+    JOB_INFO,
+    JOB_DEPLOYMENT_STATUS,
+    JOB_EXECUTION_DURATION,
 )
 """Every family :func:`enable` registers."""
 
@@ -123,6 +143,10 @@ _HELP = {
     SERVICE_CONDITION_READY: "Whether the RayService's Ready condition is True",
     SERVICE_CONDITION_UPGRADE_IN_PROGRESS: "Whether the RayService's UpgradeInProgress "
     "condition is True (a new cluster is being brought up to replace the serving one)",
+    JOB_INFO: "Metadata information about RayJob custom resources",
+    JOB_DEPLOYMENT_STATUS: "The RayJob's current deployment status",
+    JOB_EXECUTION_DURATION: "Duration of a RayJob attempt from its start to Complete, "
+    "Failed or Retrying",
 }
 _LABELS = {
     CLUSTER_INFO: (*_IDENTITY, "owner_kind"),
@@ -131,6 +155,9 @@ _LABELS = {
     SERVICE_INFO: _IDENTITY,
     SERVICE_CONDITION_READY: (*_IDENTITY, "condition"),
     SERVICE_CONDITION_UPGRADE_IN_PROGRESS: (*_IDENTITY, "condition"),
+    JOB_INFO: _IDENTITY,
+    JOB_DEPLOYMENT_STATUS: (*_IDENTITY, "deployment_status"),
+    JOB_EXECUTION_DURATION: (*_IDENTITY, "job_deployment_status", "retry_count"),
 }
 
 
@@ -183,28 +210,86 @@ class ProvisionedDurations:
         return family
 
 
+_ENDS = frozenset({"Complete", "Failed", "Retrying"})
+"""States whose entry sets ``kuberay_job_execution_duration_seconds``."""
+
+
+class JobDurations:
+    """``kuberay_job_execution_duration_seconds`` (see the module docstring); the RayJob
+    reconciler's :class:`controllers.rayjob.reconciler.MetricsObserver`. Update from the
+    event loop only; :meth:`family` may be called from any thread."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[str, str, str, str, str], float] = {}
+
+    def job_passed(self, before: Obj, state: str, now: datetime.datetime) -> bool:
+        """A pass over ``before`` (the RayJob as read) ended in ``state``: set the series
+        when it moved a running job to an end. Returns whether it did."""
+        status = before.get("status") or {}
+        previous = str(status.get("jobDeploymentStatus") or "")
+        if state not in _ENDS or previous in _ENDS:
+            return False
+        started = clock.parse_rfc3339(status.get("startTime"))
+        if started is None:
+            return False
+        name, namespace, uid = _identity(before)
+        retries = str(int(status.get("failed") or 0))
+        self._values[(name, namespace, uid, state, retries)] = (now - started).total_seconds()
+        return True
+
+    def job_forgotten(self, namespace: str, name: str) -> int:
+        """Drop the series of every uid of RayJob ``namespace/name``; how many there were."""
+        gone = [key for key in self._values if key[0] == name and key[1] == namespace]
+        for key in gone:
+            del self._values[key]
+        return len(gone)
+
+    def family(self) -> core.GaugeMetricFamily:
+        family = _gauge(JOB_EXECUTION_DURATION)
+        for labels, value in list(self._values.items()):
+            family.add_metric(list(labels), value)
+        return family
+
+
 class Collector(registry_.Collector):
     """Every ``kuberay_*`` family (see the module docstring); :func:`enable` registers one
     per process. Tests may build their own and call :meth:`collect`."""
 
-    def __init__(self, durations: ProvisionedDurations | None = None) -> None:
+    def __init__(
+        self,
+        durations: ProvisionedDurations | None = None,
+        job_durations: JobDurations | None = None,
+    ) -> None:
         self.durations = durations or ProvisionedDurations()
+        self.job_durations = job_durations or JobDurations()
         self._sources: list[tuple[weakref.ref[informer_.SharedInformer], ...]] = []
 
     def add_source(
-        self, clusters: informer_.SharedInformer, services: informer_.SharedInformer
+        self,
+        clusters: informer_.SharedInformer,
+        services: informer_.SharedInformer,
+        jobs: informer_.SharedInformer | None = None,
     ) -> None:
-        """Report the RayClusters of ``clusters`` and the RayServices of ``services`` (a
-        cache's informers; held weakly). Call on the event loop, before scrapes need it."""
+        """Report the RayClusters of ``clusters``, the RayServices of ``services`` and the
+        RayJobs of ``jobs`` (a cache's informers; held weakly). Call on the event loop,
+        before scrapes need it."""
+        refs: tuple[weakref.ref[informer_.SharedInformer], ...] = (
+            weakref.ref(clusters),
+            weakref.ref(services),
+        )
+        if jobs is not None:
+            refs = (*refs, weakref.ref(jobs))
         self._sources = [
             *(s for s in self._sources if all(ref() is not None for ref in s)),
-            (weakref.ref(clusters), weakref.ref(services)),
+            refs,
         ]
 
     def _objects(self, position: int) -> Iterator[Obj]:
         """Each object once (by uid) across the live, synced informers at ``position``."""
         seen: set[str] = set()
         for refs in list(self._sources):
+            if position >= len(refs):
+                continue
             informer = refs[position]()
             if informer is None or not informer.started or not informer.has_synced():
                 continue
@@ -236,6 +321,13 @@ class Collector(registry_.Collector):
             ready.add_metric([*identity, _bool(conditions.is_true(service, types.READY))], 1)
             in_progress = conditions.is_true(service, types.UPGRADE_IN_PROGRESS)
             upgrading.add_metric([*identity, _bool(in_progress)], 1)
+        job_info = _gauge(JOB_INFO)
+        deployment = _gauge(JOB_DEPLOYMENT_STATUS)
+        for job in self._objects(2):
+            identity = _identity(job)
+            job_info.add_metric(identity, 1)
+            state = str((job.get("status") or {}).get("jobDeploymentStatus") or "")
+            deployment.add_metric([*identity, state], 1)
         families = [
             info,
             provisioned,
@@ -243,6 +335,9 @@ class Collector(registry_.Collector):
             service_info,
             ready,
             upgrading,
+            job_info,
+            deployment,
+            self.job_durations.family(),
         ]
         return [f for f in families if f.samples]  # as client_golang: no series, no family
 
@@ -257,7 +352,8 @@ _collector: Collector | None = None
 
 def enable(manager: Any) -> Collector:
     """Register the ``kuberay_*`` families (once per process) and report ``manager``'s
-    cached RayClusters and RayServices in them; returns the process's :class:`Collector`.
+    cached RayClusters, RayServices and RayJobs in them; returns the process's
+    :class:`Collector`.
     Call on the manager's event loop thread (or before it runs)."""
     global _collector
     if _collector is None:
@@ -265,6 +361,8 @@ def enable(manager: Any) -> Collector:
         metrics.registry.register(_collector)
     v1.add_to_registry(manager.client.registry)
     _collector.add_source(
-        manager.cache.informer(v1.RAYCLUSTERS), manager.cache.informer(v1.RAYSERVICES)
+        manager.cache.informer(v1.RAYCLUSTERS),
+        manager.cache.informer(v1.RAYSERVICES),
+        manager.cache.informer(v1.RAYJOBS),
     )
     return _collector

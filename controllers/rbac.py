@@ -2,7 +2,8 @@
 
 The counterpart of kubebuilder's ``+kubebuilder:rbac`` markers, as data: each
 reconciler declares the :class:`Rule` s it needs (:data:`RAYCLUSTER`,
-:data:`RAYSERVICE`; a reconciler module may re-export its own), and
+:data:`RAYSERVICE`, :data:`RAYJOB`, :data:`RAYCRONJOB`; a reconciler module may re-export
+its own), and
 ``hack/gen_manifests.py`` writes their union as the ClusterRole
 ``rayservice-operator-manager-role``. Adding a call to the API without adding its
 rule here fails with 403 against a real cluster; ``make manifests`` plus the
@@ -54,6 +55,8 @@ __all__ = [
     "METRICS_AUTH_ROLE_NAME",
     "PROXY_ROLE_NAME",
     "RAYCLUSTER",
+    "RAYCRONJOB",
+    "RAYJOB",
     "RAYSERVICE",
     "ROLE_NAME",
     "Rule",
@@ -142,6 +145,34 @@ keeps a finalizer on the RayService (``update`` on it). With token authenticatio
 reads the cluster's token Secret (``<cluster>``, or the user's ``authOptions.secretName``)
 by ``get`` (:mod:`controllers.rayservice.tokens`)."""
 
+RAYJOB: tuple[Rule, ...] = (
+    Rule("ray.io", "rayjobs", f"{_READ} update delete"),
+    Rule("ray.io", "rayjobs/status", "update"),
+    Rule("ray.io", "rayjobs/finalizers", "update"),
+    Rule("ray.io", "rayclusters", f"{_READ} create update delete"),
+    Rule("", "services", "list watch create update"),
+    Rule("", "pods", "list watch"),
+    Rule("batch", "jobs", "list watch create delete"),
+    Rule("", "secrets", "get"),
+    Rule("events.k8s.io", "events", "create patch"),
+)
+"""The RayJob reconciler: keeps a finalizer on the RayJob (``update``) and deletes it
+when a policy says so (``DeleteSelf``); owns the RayCluster it makes (created, its
+workers suspended by ``update`` for ``DeleteWorkers``, deleted), the RayJob's head
+Service (created, repointed by ``update``) and the submitter Job (created, deleted on a
+retry or a suspend); reads the cluster's head pods (``SidecarMode``) and, with token
+authentication, the token Secret by ``get``."""
+
+RAYCRONJOB: tuple[Rule, ...] = (
+    Rule("ray.io", "raycronjobs", _READ),
+    Rule("ray.io", "raycronjobs/status", "update"),
+    Rule("ray.io", "rayjobs", "create"),
+    Rule("events.k8s.io", "events", "create patch"),
+)
+"""The RayCronJob reconciler (gate ``RayCronJob``): creates the RayJobs of its ticks (they
+are never read back: the name says whether a tick's RayJob exists, AlreadyExists) and
+records ``lastScheduleTime``."""
+
 KUBERNETES_PROXY: tuple[Rule, ...] = (
     Rule("", "services/proxy", "get update"),
     Rule("", "pods/proxy", "get"),
@@ -170,7 +201,12 @@ anything, so the default deployment, serving plain HTTP, is not given it."""
 METRICS_AUTH_ROLE_NAME = "rayservice-operator-metrics-auth-role"
 """The ClusterRole of :data:`METRICS_AUTH`."""
 
-DECLARATIONS: dict[str, tuple[Rule, ...]] = {"raycluster": RAYCLUSTER, "rayservice": RAYSERVICE}
+DECLARATIONS: dict[str, tuple[Rule, ...]] = {
+    "raycluster": RAYCLUSTER,
+    "rayservice": RAYSERVICE,
+    "rayjob": RAYJOB,
+    "raycronjob": RAYCRONJOB,
+}
 """Every reconciler's rules, by reconciler name: what the manager's role must grant."""
 
 PROXY_ROLE_NAME = "rayservice-operator-proxy-role"

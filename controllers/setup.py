@@ -1,13 +1,15 @@
-"""Setup: the RayCluster and RayService reconcilers wired to one manager.
+"""Setup: the RayCluster, RayService and RayJob reconcilers wired to one manager.
 
 :func:`setup` registers both with a manager; the ``rayservice-manager`` binary
 (:mod:`controllers.main`) calls it, after building the manager with
 :func:`cache_by_resource` (a manager's cache is fixed when it is made, so what the
 reconcilers need of it is declared apart from ``setup``). The RayCluster controller
 (:mod:`controllers.raycluster`) runs the clusters; the RayService controller
-(:mod:`controllers.rayservice`) runs Ray Serve on them through the Ray dashboard.
+(:mod:`controllers.rayservice`) runs Ray Serve on them through the Ray dashboard, the
+RayJob controller (:mod:`controllers.rayjob`) runs one Ray job on a cluster of its own
+or on an existing one.
 With ``enable_metrics``, :mod:`controllers.metrics` reports KubeRay's ``kuberay_*``
-metrics for both kinds.
+metrics for the three kinds.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster_interface
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.raycluster import setup as raycluster_setup
+from controllers.rayjob import reconciler as rayjob_reconciler
+from controllers.rayjob import setup as rayjob_setup
 from controllers.rayservice import reconciler as rayservice_reconciler
 from controllers.rayservice import setup as rayservice_setup
 from runtime import events
@@ -95,6 +99,7 @@ def setup(
     dashboards: dashboard.DashboardFactory | None = None,
     rayservice_options: rayservice_reconciler.Options | None = None,
     raycluster_options: raycluster_reconciler.Options | None = None,
+    rayjob_options: rayjob_reconciler.Options | None = None,
     enable_metrics: bool = False,
 ) -> list[Any]:
     """Register the reconcilers with ``manager``; returns the controllers built.
@@ -106,7 +111,8 @@ def setup(
     if dashboards is None:
         dashboards = dashboard.Dashboards(api=manager.client)
         manager.add(DashboardCloser(dashboards))
-    observer = metrics.enable(manager).durations if enable_metrics else None
+    collector = metrics.enable(manager) if enable_metrics else None
+    observer = collector.durations if collector is not None else None
     return [
         raycluster_setup.setup(
             manager,
@@ -119,5 +125,12 @@ def setup(
             dashboards=dashboards,
             options=rayservice_options,
             max_concurrent_reconciles=max_concurrent_reconciles,
+        ),
+        rayjob_setup.setup(
+            manager,
+            dashboards=dashboards,
+            options=rayjob_options,
+            max_concurrent_reconciles=max_concurrent_reconciles,
+            metrics=collector.job_durations if collector is not None else None,
         ),
     ]

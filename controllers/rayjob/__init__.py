@@ -1,4 +1,12 @@
-"""The RayJob controller (KubeRay v1.7.0's RayJob and RayCronJob, issue 38).
+"""The RayJob controller (KubeRay v1.7.0's RayJob), observe -> plan -> act as the
+RayCluster and RayService controllers:
+
+- :mod:`controllers.rayjob.snapshot`, :mod:`~controllers.rayjob.observe`: what one pass
+  reads (the cache, and in ``Running`` the dashboard);
+- :mod:`controllers.rayjob.plan`: KubeRay's state machine as a pure function, and where we
+  deliberately differ;
+- :mod:`controllers.rayjob.act`: the only writer; :mod:`~controllers.rayjob.reconciler`:
+  one pass; :mod:`~controllers.rayjob.setup`: the controller on a manager.
 
 Pure building blocks, no I/O:
 

@@ -46,6 +46,7 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   - jobs
   verbs:
   - create
+  - delete
   - list
   - watch
 - apiGroups:
@@ -89,10 +90,32 @@ config/overlays/kubernetes-proxy/proxy_role.yaml.
   resources:
   - rayclusters/finalizers
   - rayclusters/status
+  - raycronjobs/status
+  - rayjobs/finalizers
+  - rayjobs/status
   - rayservices/finalizers
   - rayservices/status
   verbs:
   - update
+- apiGroups:
+  - ray.io
+  resources:
+  - raycronjobs
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - ray.io
+  resources:
+  - rayjobs
+  verbs:
+  - create
+  - delete
+  - get
+  - list
+  - update
+  - watch
 - apiGroups:
   - ray.io
   resources:

@@ -16,6 +16,7 @@ import structlog
 import controllers.setup
 from controllers import main
 from controllers.raycluster import reconciler as raycluster_reconciler
+from controllers.rayjob import reconciler as rayjob_reconciler
 from controllers.rayservice import gateway
 from controllers.rayservice import reconciler as rayservice_reconciler
 from controllers.rayservice import setup as rayservice_setup
@@ -320,6 +321,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
                 address_mode="service", serve_poll_max=10.0, gateway_api=True
             ),
             "raycluster_options": raycluster_reconciler.Options(),
+            "rayjob_options": rayjob_reconciler.Options(),
             "enable_metrics": False,
         }
     ]
@@ -361,6 +363,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
                 address_mode="pod-ip", serve_poll_max=30.0, gateway_api=True
             ),
             "raycluster_options": raycluster_reconciler.Options(),
+            "rayjob_options": rayjob_reconciler.Options(address_mode="pod-ip"),
             "enable_metrics": False,
         }
     ]
@@ -400,6 +403,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
                 address_mode="kubernetes-proxy", serve_poll_max=10.0, gateway_api=True
             ),
             "raycluster_options": raycluster_reconciler.Options(),
+            "rayjob_options": rayjob_reconciler.Options(address_mode="kubernetes-proxy"),
             "enable_metrics": False,
         }
     ]
@@ -464,6 +468,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
                 address_mode="kubernetes-proxy", serve_poll_max=10.0, gateway_api=True
             ),
             "raycluster_options": raycluster_reconciler.Options(),
+            "rayjob_options": rayjob_reconciler.Options(address_mode="kubernetes-proxy"),
             "enable_metrics": False,
         }
     ]

@@ -20,6 +20,9 @@ PURE = [
     "controllers.rayservice.snapshot",
     "controllers.raycluster.plan",
     "controllers.raycluster.report",
+    "controllers.rayjob.plan",
+    "controllers.rayjob.snapshot",
+    "controllers.raycronjob.plan",
     "runtime.conditions",
     "runtime.clock",
 ]

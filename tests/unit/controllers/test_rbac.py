@@ -5,7 +5,10 @@ Both reconcilers run on one recording fake client through a RayService's life (c
 served, upgraded, old cluster deleted, deleted), an autoscaled RayCluster's (its
 RBAC objects, scaled down), a token-auth RayCluster's (its token Secret, and a user's
 named token Secret read for the dashboard) and a GCS fault-tolerant RayCluster's
-deletion (its Redis clean-up Job); the kubernetes-proxy dashboard runs against a
+deletion (its Redis clean-up Job), then the RayJob reconciler through a RayJob's deletion
+rules (workers suspended, cluster deleted, the RayJob deleted), a retried RayJob (its
+cluster and submitter Job deleted, its head Service repointed) and a RayCronJob's tick
+(a RayJob created); the kubernetes-proxy dashboard runs against a
 stand-in API server. What they asked for is compared with ``config/rbac/role.yaml``
 and the proxy role: a granted verb nobody uses fails here, so least privilege cannot
 rot.
@@ -25,8 +28,11 @@ from aiohttp import web
 import api.v1 as v1
 from controllers.ray import dashboard
 from controllers.raycluster import reconciler as raycluster_reconciler
+from controllers.raycronjob import reconciler as raycronjob_reconciler
+from controllers.rayjob import plan
+from controllers.rayjob import reconciler as rayjob_reconciler
 from controllers.rayservice import gateway, tokens
-from runtime import delegatedauth, reconcile
+from runtime import clock, delegatedauth, reconcile
 from runtime.client import resources
 from tests.unit import helpers
 from tests.unit.controllers.rayservice import scenario
@@ -50,6 +56,11 @@ NOT_CALLED: dict[tuple[str, str, str], str] = {
     ),
     ("", "pods", "get"): "escalation: the autoscaler's Role grants it",
     ("ray.io", "rayservices", "get"): "the status writer's re-read after a 409",
+    ("ray.io", "rayjobs", "get"): "the status writer's re-read after a 409",
+    ("ray.io", "raycronjobs", "get"): "the status writer's re-read after a 409",
+    ("ray.io", "rayjobs/finalizers", "update"): (
+        "OwnerReferencesPermissionEnforcement: blockOwnerDeletion on its cluster, Job, Service"
+    ),
 }
 """Granted verbs no request of this scenario makes, and why they are granted anyway."""
 
@@ -239,10 +250,113 @@ async def _life(env: Env, op: Operator) -> None:
     await both()
 
 
+async def _rayjob_life(env: Env, op: Operator) -> None:
+    """RayJobs: one whose deletion rules suspend the workers, then delete the cluster, then
+    the RayJob; one whose failed first attempt is retried (its cluster and submitter Job
+    deleted, its head Service repointed); a RayCronJob's tick (a RayJob created)."""
+    jobs = rayjob_reconciler.Reconciler(
+        env.client, env.cache, env.recorder, env.dashboards,
+        rayjob_reconciler.Options(address_mode="pod-ip"), clock=lambda: env.now,
+    )  # fmt: skip
+    cron = raycronjob_reconciler.Reconciler(
+        env.client, env.cache, env.recorder, clock=lambda: env.now
+    )
+
+    async def job(name: str) -> dict[str, Any]:
+        await op._run(jobs.reconcile(reconcile.Request("ns", name)))
+        await env.synced()
+        found: dict[str, Any] = await env.client.get(v1.RAYJOBS, "ns", name)
+        return found
+
+    async def running(name: str) -> str:
+        status = (await job(name))["status"]  # New -> Initializing
+        await job(name)  # the cluster
+        cluster = status["rayClusterName"]
+        owner = await env.client.get(v1.RAYCLUSTERS, "ns", cluster)
+        await env.start_head(cluster)
+        await env.client.create({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": f"{cluster}-head-svc", "namespace": "ns"},
+            "spec": {"selector": {"ray.io/cluster": cluster},
+                     "ports": [{"name": "dashboard", "port": 8265}]},
+        })  # fmt: skip
+        owner["status"] = {"state": "ready"}
+        await env.client.update_status(owner)
+        await env.synced()
+        await job(name)  # Running: the submitter Job
+        await job(name)  # the RayJob's head Service
+        return cluster
+
+    async def finish(name: str, outcome: str) -> None:
+        status = (await env.client.get(v1.RAYJOBS, "ns", name))["status"]
+        env.fake(status["rayClusterName"]).set_job(status["jobId"], outcome)
+        submitter = await env.client.get(plan.JOBS, "ns", name)
+        done = {"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        submitter["status"] = {"conditions": [done]}
+        await env.client.update_status(submitter)
+        await env.synced()
+        await job(name)
+
+    rules = [{"policy": policy, "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": ttl}}
+             for policy, ttl in (("DeleteWorkers", 0), ("DeleteCluster", 10),
+                                 ("DeleteSelf", 20))]  # fmt: skip
+    spec = {"entrypoint": "python pi.py", "deletionStrategy": {"deletionRules": rules},
+            "rayClusterSpec": rayservice()["spec"]["rayClusterConfig"]}  # fmt: skip
+    await env.client.create(
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "metadata": {"name": "rules", "namespace": "ns"},
+            "spec": spec,
+        }
+    )
+    await env.synced()
+    await running("rules")
+    await finish("rules", "SUCCEEDED")
+    finished = env.now
+    for ttl in (0, 11, 21):
+        env.now = finished + datetime.timedelta(seconds=ttl + 1)
+        await job("rules")
+    await op._run(jobs.reconcile(reconcile.Request("ns", "rules")))  # the finalizer: gone
+    await env.synced()
+    left = await env.client.list(v1.RAYJOBS, "ns")  # (the test's list, not the reconciler's)
+    assert "rules" not in {j["metadata"]["name"] for j in left.items}
+    retried = {**spec, "backoffLimit": 1}
+    del retried["deletionStrategy"]
+    await env.client.create(
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "metadata": {"name": "retried", "namespace": "ns"},
+            "spec": retried,
+        }
+    )
+    await env.synced()
+    await running("retried")
+    await finish("retried", "FAILED")
+    for _ in range(4):  # Retrying: the cluster and the submitter deleted, then New
+        await job("retried")
+    await running("retried")  # the RayJob's head Service now points at the new cluster
+    made = await env.client.create({
+        "apiVersion": "ray.io/v1", "kind": "RayCronJob",
+        "metadata": {"name": "nightly", "namespace": "ns"},
+        "spec": {"schedule": "@every 1m",
+                 "jobTemplate": {"entrypoint": "python etl.py",
+                                 "rayClusterSpec": spec["rayClusterSpec"]}},
+    })  # fmt: skip
+    await env.synced()
+    created = clock.parse_rfc3339(made["metadata"]["creationTimestamp"])
+    assert created is not None
+    env.now = created + datetime.timedelta(days=1)
+    await op._run(cron.reconcile(reconcile.Request("ns", "nightly")))
+    await env.synced()
+
+
 @pytest.mark.gateway_api
 async def test_every_verb_of_the_manager_role_is_used_or_explained(env: Env) -> None:
     op = Operator(env)
     await _life(env, op)
+    await _rayjob_life(env, op)
     role = granted("config/rbac/role.yaml")
     unused = role - op.used() - set(NOT_CALLED)
     assert unused == set(), f"granted, never used, not explained: {sorted(unused)}"

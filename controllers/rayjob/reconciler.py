@@ -1,0 +1,131 @@
+"""The RayJob reconciler: one pass moves a RayJob one step through KubeRay v1.7.0's state
+machine (:mod:`controllers.rayjob.plan` says which, and what differs from KubeRay).
+
+One :meth:`Reconciler.reconcile`:
+
+1. reads the RayJob from the cache; gone: nothing (its metrics series are dropped);
+2. skips one whose ``spec.managedBy`` names another controller (MultiKueue's): nothing is
+   touched, not even its finalizer, as KubeRay;
+3. being deleted: stops its Ray job unless Ray reported it terminal (a failure is only
+   logged), then removes the finalizer ``ray.io/rayjob-finalizer``; its cluster, submitter
+   Job and Service go by owner references;
+4. otherwise observe (:mod:`~controllers.rayjob.observe`) -> plan (pure) -> act
+   (:mod:`~controllers.rayjob.act`): the finalizer, the writes, the status through the
+   diff-gated :class:`~runtime.status.StatusWriter` (no write when nothing changed), the
+   Events, and when to look again.
+
+With a :class:`MetricsObserver`, each pass reports the state it ended in and a RayJob
+found gone (KubeRay's ``kuberay_job_execution_duration_seconds``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import structlog
+
+import api.v1 as v1
+from controllers.ray import dashboard
+from controllers.rayjob import act, names, observe
+from controllers.rayjob import plan as plan_
+from controllers.rayservice import tokens
+from runtime import events, reconcile
+from runtime import status as runtime_status
+from runtime.cache import cache as cache_
+from runtime.client import errors
+
+__all__ = ["MetricsObserver", "Options", "Reconciler"]
+
+
+class MetricsObserver(Protocol):
+    """What the reconciler tells the metrics (:mod:`controllers.metrics`)."""
+
+    def job_passed(self, before: Mapping[str, Any], state: str, now: datetime.datetime) -> object:
+        """A pass over ``before`` (the RayJob as read) ended in ``state``."""
+        ...
+
+    def job_forgotten(self, namespace: str, name: str) -> object:
+        """The RayJob ``namespace/name`` is gone."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    """How the reconciler reaches Ray and decides. Every field states its default."""
+
+    address_mode: dashboard.Mode = "service"
+    """How dashboards are addressed (:func:`controllers.ray.dashboard.address`). Default
+    ``service``."""
+    plan: plan_.Options = dataclasses.field(default_factory=plan_.Options)
+    """The state machine's settings (:class:`controllers.rayjob.plan.Options`)."""
+
+
+class Reconciler:
+    """See the module docstring. ``rng``: draws the random name suffixes (tests seed it)."""
+
+    def __init__(
+        self,
+        client: Any,
+        cache: cache_.Cache,
+        recorder: events.Recorder,
+        dashboards: dashboard.DashboardFactory,
+        options: Options | None = None,
+        *,
+        clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        metrics: MetricsObserver | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = client
+        self.cache = cache
+        self.recorder = recorder
+        self.options = options or Options()
+        self.clock = clock
+        self.metrics = metrics
+        self.rng = rng or random.SystemRandom()
+        self.writer = runtime_status.StatusWriter(
+            client, volatile=v1.rayjob.RayJobStatus.VOLATILE_FIELDS, latest=cache
+        )  # no stamps: a RayJob's status has no lastUpdateTime
+        self.executor = act.Executor(client, recorder, self.writer)
+        self.reach = observe.Reach(
+            dashboards=dashboards,
+            tokens=tokens.Tokens(client),
+            mode=self.options.address_mode,
+            cluster_domain=self.options.plan.cluster_domain,
+        )
+        self.log = structlog.get_logger("controllers.rayjob")
+
+    async def reconcile(self, request: reconcile.Request) -> reconcile.Result:
+        try:
+            obj = await self.cache.get(v1.RAYJOBS, request.namespace, request.name)
+        except errors.NotFound:
+            if self.metrics is not None:
+                self.metrics.job_forgotten(request.namespace, request.name)
+            return reconcile.Result()
+        managed_by = (obj.get("spec") or {}).get("managedBy")
+        if managed_by not in (None, "", v1.rayjob.MANAGED_BY_KUBERAY):
+            return reconcile.Result()
+        if obj["metadata"].get("deletionTimestamp"):
+            if not _has_finalizer(obj):
+                return reconcile.Result()
+            seen = await observe.deleting(obj, cache=self.cache, reach=self.reach)
+            return await self.executor.finalize(
+                obj, plan_.finalize(seen.snapshot), client=seen.client
+            )
+        now = self.clock()
+        seen = await observe.observe(
+            obj, cache=self.cache, reach=self.reach, options=self.options.plan
+        )
+        suffixes = (names.random_suffix(self.rng), names.random_suffix(self.rng))
+        decided = plan_.plan(seen.snapshot, now=now, options=self.options.plan, suffixes=suffixes)
+        result = await self.executor.act(obj, decided, client=seen.client)
+        if self.metrics is not None:
+            self.metrics.job_passed(obj, decided.state, now)
+        return result
+
+
+def _has_finalizer(obj: Mapping[str, Any]) -> bool:
+    return names.FINALIZER in (obj["metadata"].get("finalizers") or [])

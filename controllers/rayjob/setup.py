@@ -1,0 +1,73 @@
+"""Wiring the RayJob controller to a manager: :func:`setup` reconciles RayJobs on changes
+to their spec, labels or annotations (its own status writes do not wake it) and on any
+change to the RayClusters, Services and submitter Jobs it controls (a cluster turning
+``ready``, a Job finishing: that is what moves a job on, not a 3 s poll). The cluster's
+head pods are read from the cache (``SidecarMode``) but not watched: their submitter's
+end is seen at the next poll. :data:`RBAC` is what it needs in the API server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import api.v1 as v1
+from controllers import rbac
+from controllers.ray import dashboard
+from controllers.rayjob import plan as plan_
+from controllers.rayjob import reconciler as reconciler_
+from runtime import builder, predicate
+from runtime import controller as controller_
+from runtime.workqueue import ratelimiter
+
+__all__ = ["NAME", "RBAC", "RECORDER", "rate_limiter", "setup"]
+
+NAME = "rayjob"
+"""The controller's name (logs, metrics)."""
+RECORDER = "rayjob-controller"
+"""Who its Events say reported them (KubeRay's name)."""
+RBAC = rbac.RAYJOB
+"""The API permissions the reconciler needs."""
+
+
+def rate_limiter() -> ratelimiter.RateLimiter:
+    """Retries of a failed pass: per RayJob 0.5 s doubling to 5 min, at most 10 per second
+    overall with bursts of 100 (client-go's default bucket)."""
+    return ratelimiter.MaxOf(
+        ratelimiter.ItemExponentialFailure(base=0.5, max_delay=300.0),
+        ratelimiter.TokenBucket(qps=10.0, burst=100),
+    )
+
+
+def setup(
+    manager: Any,
+    *,
+    dashboards: dashboard.DashboardFactory,
+    options: reconciler_.Options | None = None,
+    max_concurrent_reconciles: int = 1,
+    skip_name_validation: bool = False,
+    metrics: reconciler_.MetricsObserver | None = None,
+) -> controller_.Controller:
+    """Register the RayJob controller with ``manager``; returns it."""
+    v1.add_to_registry(manager.client.registry)
+    reconciler = reconciler_.Reconciler(
+        manager.client,
+        manager.cache,
+        manager.recorder(RECORDER),
+        dashboards,
+        options,
+        metrics=metrics,
+    )
+    return (
+        builder.Builder(manager)
+        .for_(v1.RAYJOBS, predicates=(predicate.spec_or_metadata_changed,))
+        .owns(v1.RAYCLUSTERS)
+        .owns(plan_.SERVICES)
+        .owns(plan_.JOBS)
+        .with_options(
+            max_concurrent_reconciles=max_concurrent_reconciles,
+            skip_name_validation=skip_name_validation,
+            rate_limiter=rate_limiter(),
+        )
+        .named(NAME)
+        .complete(reconciler)
+    )
