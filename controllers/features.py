@@ -21,7 +21,7 @@ them on too: name them ``=false`` beside it.
 >>> gates.enabled("RayClusterStatusConditions"), gates.enabled("RayServiceIncrementalUpgrade")
 (False, True)
 >>> gates.without_effect()  # doctest: +NORMALIZE_WHITESPACE
-['RayClusterStatusConditions=false', 'RayCronJob=true']
+['RayClusterStatusConditions=false']
 >>> parse("NoSuchGate=true")
 Traceback (most recent call last):
 ...
@@ -65,14 +65,19 @@ DEFAULTS: Mapping[str, Gate] = {
 """KubeRay v1.7.0's gates: name -> default and stage."""
 
 FOLLOWED = frozenset(
-    {"RayServiceIncrementalUpgrade", "RayJobDeletionPolicy", "SidecarSubmitterRestart"}
+    {
+        "RayServiceIncrementalUpgrade",
+        "RayJobDeletionPolicy",
+        "SidecarSubmitterRestart",
+        "RayCronJob",
+    }
 )
 """Gates whose value this operator follows: ``RayServiceIncrementalUpgrade`` (on:
 ``NewClusterWithIncrementalUpgrade`` upgrades through a Gateway; off: that strategy
 behaves as ``None``, as in KubeRay v1.7.0), ``RayJobDeletionPolicy`` (a RayJob's
 ``deletionStrategy``; off: a RayJob that sets one is ``ValidationFailed``) and
 ``SidecarSubmitterRestart`` (a ``SidecarMode`` submitter restarted on failure, up to
-twice)."""
+twice) and ``RayCronJob`` (the RayCronJob controller runs only when on)."""
 
 BEHAVES_AS: Mapping[str, bool] = {
     **{name: False for name in DEFAULTS},
@@ -81,8 +86,8 @@ BEHAVES_AS: Mapping[str, bool] = {
 }
 """What this operator does, as a gate value, whatever the gate says: RayCluster status
 conditions are always written and worker pods always carry the replica labels (whole
-multi-host replicas are created and deleted together); RayCronJobs, network policies,
-mTLS, the history server, embedded GCS storage and the Kubernetes WAS scheduler are not
+multi-host replicas are created and deleted together); network policies, mTLS, the
+history server, embedded GCS storage and the Kubernetes WAS scheduler are not
 implemented."""
 
 FAIL_CLOSED: Mapping[str, str] = {

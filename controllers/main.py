@@ -547,6 +547,7 @@ async def _run(
         rayservice_options=_rayservice_options(settings, gateway_api=gateway_api),
         raycluster_options=_raycluster_options(config),
         rayjob_options=_rayjob_options(settings),
+        raycronjob=settings.gates().enabled("RayCronJob"),
         enable_metrics=settings.enable_metrics,
     )
     if os.environ.get("ENABLE_WEBHOOKS") == "true":

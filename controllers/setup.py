@@ -22,6 +22,7 @@ from controllers.ray import dashboard
 from controllers.raycluster import interface as raycluster_interface
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.raycluster import setup as raycluster_setup
+from controllers.raycronjob import setup as raycronjob_setup
 from controllers.rayjob import reconciler as rayjob_reconciler
 from controllers.rayjob import setup as rayjob_setup
 from controllers.rayservice import reconciler as rayservice_reconciler
@@ -100,6 +101,7 @@ def setup(
     rayservice_options: rayservice_reconciler.Options | None = None,
     raycluster_options: raycluster_reconciler.Options | None = None,
     rayjob_options: rayjob_reconciler.Options | None = None,
+    raycronjob: bool = False,
     enable_metrics: bool = False,
 ) -> list[Any]:
     """Register the reconcilers with ``manager``; returns the controllers built.
@@ -107,13 +109,14 @@ def setup(
     ``dashboards``: default one :class:`controllers.ray.dashboard.Dashboards` on the
     manager's API client, closed when the manager stops. ``enable_metrics``: also
     serve KubeRay's ``kuberay_*`` metrics (:mod:`controllers.metrics`) on the
-    manager's ``/metrics``; default off, as KubeRay's ``--enable-metrics``."""
+    manager's ``/metrics``; default off, as KubeRay's ``--enable-metrics``. ``raycronjob``:
+    also run the RayCronJob controller (KubeRay's ``RayCronJob`` gate; default off)."""
     if dashboards is None:
         dashboards = dashboard.Dashboards(api=manager.client)
         manager.add(DashboardCloser(dashboards))
     collector = metrics.enable(manager) if enable_metrics else None
     observer = collector.durations if collector is not None else None
-    return [
+    built = [
         raycluster_setup.setup(
             manager,
             max_concurrent_reconciles=max_concurrent_reconciles,
@@ -134,3 +137,6 @@ def setup(
             metrics=collector.job_durations if collector is not None else None,
         ),
     ]
+    if raycronjob:
+        built.append(raycronjob_setup.setup(manager))
+    return built

@@ -52,14 +52,18 @@ def test_a_gate_kuberay_lacks_is_a_key_error_not_false() -> None:
 def test_gates_not_followed_are_those_differing_from_what_the_operator_does() -> None:
     assert features.parse("").without_effect() == []
     # the RayJob gates are followed, either way
-    for gate in ("RayJobDeletionPolicy", "SidecarSubmitterRestart", "RayServiceIncrementalUpgrade"):
+    followed = ("RayJobDeletionPolicy", "SidecarSubmitterRestart", "RayCronJob",
+                "RayServiceIncrementalUpgrade")  # fmt: skip
+    for gate in followed:
         for value in ("true", "false"):
             assert features.parse(f"{gate}={value}").without_effect() == []
     # replica labels are always written, as with KubeRay v1.7.0's default
     assert features.parse("RayMultiHostIndexing=false").without_effect() == [
         "RayMultiHostIndexing=false"
     ]
-    assert features.parse("RayCronJob=true").without_effect() == ["RayCronJob=true"]
+    assert features.parse("GCSFaultToleranceEmbeddedStorage=true").without_effect() == [
+        "GCSFaultToleranceEmbeddedStorage=true"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -322,6 +322,7 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
             ),
             "raycluster_options": raycluster_reconciler.Options(),
             "rayjob_options": rayjob_reconciler.Options(),
+            "raycronjob": False,
             "enable_metrics": False,
         }
     ]
@@ -364,6 +365,7 @@ def test_flags_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
             ),
             "raycluster_options": raycluster_reconciler.Options(),
             "rayjob_options": rayjob_reconciler.Options(address_mode="pod-ip"),
+            "raycronjob": False,
             "enable_metrics": False,
         }
     ]
@@ -404,6 +406,7 @@ def test_environment_variables_reach_the_manager_and_flags_win(
             ),
             "raycluster_options": raycluster_reconciler.Options(),
             "rayjob_options": rayjob_reconciler.Options(address_mode="kubernetes-proxy"),
+            "raycronjob": False,
             "enable_metrics": False,
         }
     ]
@@ -469,6 +472,7 @@ def test_kuberays_flag_names_reach_the_manager(ran: Ran, kubeconfig: pathlib.Pat
             ),
             "raycluster_options": raycluster_reconciler.Options(),
             "rayjob_options": rayjob_reconciler.Options(address_mode="kubernetes-proxy"),
+            "raycronjob": False,
             "enable_metrics": False,
         }
     ]
@@ -660,7 +664,8 @@ def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
     argv = ["--kubeconfig", str(kubeconfig), "--config", str(config), "--qps", "1",
-            "--watch-namespace", "other", "--feature-gates=RayCronJob=true"]  # fmt: skip
+            "--watch-namespace", "other",
+            "--feature-gates=RayClusterStatusConditions=false"]  # fmt: skip
     assert main.main(argv) == 0
     mgr = ran.managers[0]
     assert mgr.options == manager.Options(
@@ -684,7 +689,7 @@ def test_a_configuration_file_replaces_the_flags_as_in_kuberay(
     assert "--config replaces them" in err
     assert "--qps" in err
     assert "--watch-namespace" in err
-    assert "RayCronJob=true" in err, "the gates still come from the flag"
+    assert "RayClusterStatusConditions=false" in err, "the gates still come from the flag"
 
 
 @pytest.mark.parametrize(
