@@ -14,7 +14,7 @@ What it reads depends on the state:
 - ``Running``: the submitter Job (``K8sJobMode``), the cluster's head pods
   (``SidecarMode``, ``pod-ip`` addresses), the RayJob's head Service, and the
   dashboard's answer;
-- ``Retrying`` / ``Suspending``: the submitter Job;
+- ``Retrying`` / ``Suspending`` / ``ValidationFailed``: the submitter Job;
 - being deleted (:func:`deleting`): the cluster, and a dashboard client to stop the job.
 
 :class:`Seen` carries the snapshot and the dashboard client the act step uses (an
@@ -95,6 +95,7 @@ async def observe(obj: Obj, *, cache: cache_.Cache, reach: Reach, options: plan_
         State.RUNNING,
         State.RETRYING,
         State.SUSPENDING,
+        State.VALIDATION_FAILED,
     )
     if wants_submitter:
         found["submitter"] = await _get(cache, plan_.JOBS, namespace, names.submitter_job_name(job))

@@ -56,9 +56,10 @@ not as KubeRay" below):
 
 - ``ValidationFailed`` is not a dead end polled every 3 s: no look again until the spec
   changes, and a spec that became valid starts the job from ``New`` (attempt counters
-  kept). A finished job (``Complete`` / ``Failed``) edited into an invalid spec keeps its
-  status (KubeRay overwrites it with ``ValidationFailed``); the Warning is recorded and
-  its deletion policy waits until the spec is valid again.
+  kept), once the cluster and submitter Job of the attempt it interrupted are deleted
+  (a Normal ``Restarted`` Event). A finished job (``Complete`` / ``Failed``) edited into
+  an invalid spec keeps its status (KubeRay overwrites it with ``ValidationFailed``); the
+  Warning is recorded and its deletion policy waits until the spec is valid again.
 - No 3 s polling: ``Initializing`` waits for the cluster's own changes (it is watched);
   ``Running`` asks the dashboard every :attr:`Options.poll_interval` while the job is
   young, then at a tenth of its age, at most :attr:`Options.poll_max` (with a submitter,
@@ -256,8 +257,13 @@ def plan(
         return _invalid(s, old, state, reason, message)
     job = s.job
     step = _Step(s=s, job=job, now=now, options=options, status=copy.deepcopy(dict(old)))
-    if state == State.VALIDATION_FAILED:
-        return step.restart("the spec is valid again")
+    if state == State.VALIDATION_FAILED:  # fixed: what the invalid attempt made goes first
+        step.tear_down(State.NEW)
+        if step.state == State.NEW:
+            step.events.append(
+                Event("Normal", "Restarted", "Starting again: the spec is valid again", "Update")
+            )
+        return step.result(state)
     if state == State.NEW:
         return step.new(suffixes)
     if state == State.INITIALIZING:
@@ -471,7 +477,7 @@ class _Step:
 
     def restart(self, why: str | None) -> Plan:
         """Back to ``New`` with the attempt's fields cleared (``Suspended`` resumed, a
-        ``ValidationFailed`` spec fixed)."""
+        state no version of KubeRay writes)."""
         _clear_attempt(self.status)
         self.go(State.NEW)
         if why is not None:

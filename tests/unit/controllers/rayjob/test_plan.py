@@ -601,6 +601,15 @@ def test_a_finished_job_edited_invalid_keeps_its_status() -> None:
     assert [e.reason for e in p.events] == ["InvalidRayJobSpec"]
 
 
+def test_a_fixed_spec_deletes_the_interrupted_attempt_first() -> None:
+    obj = running(jobDeploymentStatus="ValidationFailed", reason="ValidationFailed")
+    p = decide(snap(obj, cluster=cluster(), submitter=submitter_job()))
+    assert kinds(p) == ["Delete:RayCluster", "Delete:RayJobSubmitter"]
+    assert p.status is not None
+    assert p.status["jobDeploymentStatus"] == "ValidationFailed"
+    assert p.events == ()
+
+
 def test_a_fixed_spec_starts_again() -> None:
     obj = initializing(jobDeploymentStatus="ValidationFailed", reason="ValidationFailed", failed=1)
     p = decide(snap(obj))
