@@ -90,7 +90,7 @@ def test_enabled_with_a_secret_of_your_own(helm: pathlib.Path) -> None:
     assert not [o for o in objs if o["apiVersion"].startswith("cert-manager.io/")]
     config = charts.only(objs, "ValidatingWebhookConfiguration")
     assert "annotations" not in config["metadata"]
-    assert [h["clientConfig"]["caBundle"] for h in config["webhooks"]] == ["Q0E=", "Q0E="]
+    assert {h["clientConfig"]["caBundle"] for h in config["webhooks"]} == {"Q0E="}
     pod = charts.only(objs, "Deployment")["spec"]["template"]
     [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "webhook-cert"]
     assert volume["secret"]["secretName"] == "mine"

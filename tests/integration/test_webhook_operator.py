@@ -12,6 +12,10 @@ the test's namespace. Then, as with KubeRay v1.7.0's webhooks:
 - a RayService upgraded incrementally through a GatewayClass that ``--gateway-classes``
   does not list is refused naming the flag; one through a listed class is created;
 - a RayCluster with a worker group name used twice is refused;
+- a RayJob whose name is too long is refused (KubeRay's only RayJob rule);
+- a RayCronJob with a schedule that does not parse is refused, with the ``RayCronJob``
+  gate off (the webhook is served either way); an update that leaves the schedule as it
+  was (a finalizer added and removed) passes, one that breaks it is refused;
 - ``/readyz`` includes the webhook server.
 """
 
@@ -181,6 +185,42 @@ def test_invalid_rayservice_and_raycluster_are_refused_with_the_validation_messa
         'admission webhook "vraycluster.ray.io" denied the request: RayCluster.ray.io "twins" '
         "is invalid: worker group names must be unique: 'workers' appears more than once"
     )
+
+
+def test_invalid_rayjob_and_raycronjob_are_refused(
+    control_plane: controlplane.ControlPlane, namespace: str, operator: tuple[int, bytes]
+) -> None:
+    long_name = "j" * 48
+    job = sample("rayjob")
+    job["metadata"] = {"name": long_name}
+    refused = refusal(control_plane, namespace, "rayjobs", job)
+    assert (refused.status, refused.body["reason"]) == (422, "Invalid")
+    assert refused.body["message"].startswith(
+        'admission webhook "vrayjob.ray.io" denied the request: '
+        f'RayJob.ray.io "{long_name}" is invalid: metadata.name {long_name!r} has 48 '
+        "characters; a RayJob name must have at most 47"
+    ), refused.body["message"]
+
+    cron = sample("raycronjob")
+    cron["metadata"] = {"name": "nightly"}
+    cron["spec"]["schedule"] = "0 25 * * *"
+    refused = create_refused(control_plane, namespace, "raycronjobs", cron)
+    assert refused.startswith(
+        'admission webhook "vraycronjob.ray.io" denied the request: RayCronJob.ray.io '
+        "\"nightly\" is invalid: spec.schedule '0 25 * * *' is not a cron schedule"
+    ), refused
+    cron["spec"]["schedule"] = "0 3 * * *"
+    stored = create(control_plane, namespace, "raycronjobs", cron)
+    path = f"/apis/ray.io/v1/namespaces/{namespace}/raycronjobs/nightly"
+    stored["metadata"]["finalizers"] = ["example.com/keep"]
+    stored = control_plane.request("PUT", path, stored)
+    stored["metadata"]["finalizers"] = []
+    stored = control_plane.request("PUT", path, stored)
+    assert not stored["metadata"].get("finalizers")
+    stored["spec"]["timeZone"] = "Mars/Olympus"
+    with pytest.raises(controlplane.ApiError) as broken:
+        control_plane.request("PUT", path, stored)
+    assert "spec.timeZone 'Mars/Olympus' is not a time zone" in broken.value.body["message"]
 
 
 def create_refused(cp: controlplane.ControlPlane, namespace: str, plural: str, obj: Any) -> str:

@@ -109,7 +109,7 @@ ServiceMonitor without metrics, and a NetworkPolicy that would refuse the webhoo
 {{- end }}
 {{- $policy := .Values.networkPolicy | default dict }}
 {{- if and $policy.enabled .Values.webhooks.enabled (not $policy.apiServerCIDRs) }}
-{{- fail "networkPolicy.enabled with webhooks.enabled needs networkPolicy.apiServerCIDRs: the addresses the API server calls the webhooks from (the control-plane nodes' IPs, or your provider's control-plane range); without them the policy would refuse every webhook call, and with failurePolicy Fail every RayCluster and RayService write" }}
+{{- fail "networkPolicy.enabled with webhooks.enabled needs networkPolicy.apiServerCIDRs: the addresses the API server calls the webhooks from (the control-plane nodes' IPs, or your provider's control-plane range); without them the policy would refuse every webhook call, and with failurePolicy Fail every RayCluster, RayService, RayJob and RayCronJob write" }}
 {{- end }}
 {{- end }}
 

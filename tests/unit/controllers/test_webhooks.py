@@ -1,6 +1,7 @@
-"""controllers.webhooks: KubeRay v1.7.0's webhook rules for RayCluster and RayService
-answered as admission reviews (refusals are 422 Invalid with KubeRay's message shape),
-registered at KubeRay's paths, and the webhook configuration that points at them."""
+"""controllers.webhooks: KubeRay v1.7.0's webhook rules for RayCluster, RayService and
+RayJob, and ours for RayCronJob, answered as admission reviews (refusals are 422 Invalid
+with KubeRay's message shape), registered at KubeRay's paths, and the webhook
+configuration that points at them."""
 
 from __future__ import annotations
 
@@ -26,9 +27,12 @@ def review(kind: str, operation: str, obj: dict[str, Any] | None, old: Any = Non
 
 
 async def answer(kind: str, operation: str, obj: Any, old: Any = None) -> admission.Response:
-    validator = (
-        webhooks.RayServiceValidator() if kind == "RayService" else webhooks.RayClusterValidator()
-    )
+    validator = {
+        "RayService": webhooks.RayServiceValidator,
+        "RayCluster": webhooks.RayClusterValidator,
+        "RayJob": webhooks.RayJobValidator,
+        "RayCronJob": webhooks.RayCronJobValidator,
+    }[kind]()
     return await admission.validating(validator).handle(review(kind, operation, obj, old))
 
 
@@ -82,7 +86,12 @@ async def test_raycluster_rules() -> None:
 def test_setup_registers_kuberays_paths_and_the_configuration_points_at_them() -> None:
     mgr = manager.Manager(fake.FakeClient(), manager.Options(name="t"))  # type: ignore[arg-type]
     paths = webhooks.setup(mgr)
-    assert paths == ["/validate-ray-io-v1-raycluster", "/validate-ray-io-v1-rayservice"]
+    assert paths == [
+        "/validate-ray-io-v1-raycluster",
+        "/validate-ray-io-v1-rayservice",
+        "/validate-ray-io-v1-rayjob",
+        "/validate-ray-io-v1-raycronjob",
+    ]
     assert mgr.webhook_server.paths == paths
     config = webhooks.configuration("svc", "ns")
     assert config["metadata"]["name"] == webhooks.CONFIGURATION_NAME
@@ -90,8 +99,67 @@ def test_setup_registers_kuberays_paths_and_the_configuration_points_at_them() -
     assert [h["clientConfig"]["service"] for h in hooks] == [
         {"name": "svc", "namespace": "ns", "path": path} for path in paths
     ]
-    assert [h["rules"][0]["resources"] for h in hooks] == [["rayclusters"], ["rayservices"]]
+    assert [h["rules"][0]["resources"] for h in hooks] == [
+        ["rayclusters"],
+        ["rayservices"],
+        ["rayjobs"],
+        ["raycronjobs"],
+    ]
     assert all(h["failurePolicy"] == "Fail" and h["sideEffects"] == "None" for h in hooks)
+
+
+async def test_rayjob_name_only() -> None:
+    """KubeRay's rule: the name; a spec the reconciler refuses is stored (ValidationFailed)."""
+    invalid_spec = {"metadata": {"name": "j" * 47}, "spec": {"backoffLimit": -1, "suspend": True}}
+    assert (await answer("RayJob", "CREATE", invalid_spec)).allowed
+    for operation in ("CREATE", "UPDATE"):
+        refused = await answer("RayJob", operation, {"metadata": {"name": "j" * 48}, "spec": {}},
+                               old={"metadata": {"name": "j" * 48}, "spec": {}})  # fmt: skip
+        assert (refused.allowed, refused.code, refused.reason) == (False, 422, "Invalid")
+        assert refused.message.startswith(
+            f'RayJob.ray.io "{"j" * 48}" is invalid: metadata.name {"j" * 48!r} has 48 '
+            "characters; a RayJob name must have at most 47"
+        ), refused.message
+    assert (await answer("RayJob", "DELETE", None, old={"metadata": {"name": "Bad"}})).allowed
+
+
+def cron(name: str, schedule: str = "0 3 * * *", **spec: Any) -> dict[str, Any]:
+    template = {"entrypoint": "python etl.py", "backoffLimit": -1}  # invalid: not our rule
+    return {"metadata": {"name": name},
+            "spec": {"schedule": schedule, "jobTemplate": template, **spec}}  # fmt: skip
+
+
+async def test_raycronjob_name_schedule_and_zone_on_create() -> None:
+    assert (await answer("RayCronJob", "CREATE", cron("c" * 36, timeZone="Europe/Paris"))).allowed
+    refused = await answer("RayCronJob", "CREATE", cron("c" * 37, "61 * * * *", timeZone="Mars/X"))
+    assert (refused.allowed, refused.code, refused.reason) == (False, 422, "Invalid")
+    assert refused.message.startswith(
+        f'RayCronJob.ray.io "{"c" * 37}" is invalid: metadata.name {"c" * 37!r} has 37 '
+        "characters; a RayCronJob name must have at most 36"
+    ), refused.message
+    assert "; spec.schedule '61 * * * *' is not a cron schedule" in refused.message
+    assert refused.message.endswith(
+        "; spec.timeZone 'Mars/X' is not a time zone this operator knows"
+    )
+    tz = await answer("RayCronJob", "CREATE", cron("c", "TZ=UTC 0 3 * * *"))
+    assert "must not set a time zone (TZ or CRON_TZ); use spec.timeZone" in tz.message
+    assert "jobTemplate" not in refused.message + tz.message, "left to the reconciler"
+
+
+async def test_raycronjob_update_refused_only_when_it_changes_the_schedule() -> None:
+    """A RayCronJob stored invalid (before the webhook was on) can still be updated - a
+    finalizer removed, a label set - as long as the update leaves the schedule as it was;
+    the name (which cannot change) is checked on create only."""
+    stored = cron("c" * 40, "bad")
+    unchanged = {**stored, "metadata": {"name": "c" * 40, "finalizers": []}}
+    assert (await answer("RayCronJob", "UPDATE", unchanged, old=stored)).allowed
+    fixed = cron("c" * 40, "@hourly")
+    assert (await answer("RayCronJob", "UPDATE", fixed, old=stored)).allowed
+    broken = await answer("RayCronJob", "UPDATE", cron("c", "bad"), old=cron("c"))
+    assert broken.message.startswith('RayCronJob.ray.io "c" is invalid: spec.schedule')
+    zone = await answer("RayCronJob", "UPDATE", cron("c", timeZone="Mars/X"), old=cron("c"))
+    assert not zone.allowed
+    assert (await answer("RayCronJob", "DELETE", None, old=stored)).allowed
 
 
 def incremental(name: str, gateway_class: str) -> dict[str, Any]:
