@@ -1,9 +1,9 @@
 """The environment variables of KubeRay v1.7.0's operator that we honour, read once.
 
 The operator's ``main`` reads them from ``os.environ`` at start-up
-(:meth:`Environment.read`) and passes the values into both reconcilers' ``Options``,
-whose own defaults are plain constants: making options, or importing a module, never
-reads the environment.
+(:meth:`Environment.read`) and passes the values into the RayCluster, RayService and
+RayJob reconcilers' ``Options``, whose own defaults are plain constants: making options,
+or importing a module, never reads the environment.
 
 =================================  ==========================================  =========
 variable                           meaning                                     default

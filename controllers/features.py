@@ -8,7 +8,8 @@ over them, whatever the order.
 
 The gates and their defaults are v1.7.0's (``pkg/features/features.go``).
 :data:`FOLLOWED` are the gates this operator acts on as KubeRay does
-(``RayServiceIncrementalUpgrade``); :data:`BEHAVES_AS` says what it does whatever the
+(``RayServiceIncrementalUpgrade``, ``RayJobDeletionPolicy``, ``SidecarSubmitterRestart``,
+``RayCronJob``); :data:`BEHAVES_AS` says what it does whatever the
 other gates say (their features are missing here, or always on); every such gate whose
 value differs is accepted and reported by :meth:`Gates.without_effect`, so the
 caller can say so in one line at start-up, except the gates of :data:`FAIL_CLOSED`: they
@@ -75,7 +76,7 @@ FOLLOWED = frozenset(
 """Gates whose value this operator follows: ``RayServiceIncrementalUpgrade`` (on:
 ``NewClusterWithIncrementalUpgrade`` upgrades through a Gateway; off: that strategy
 behaves as ``None``, as in KubeRay v1.7.0), ``RayJobDeletionPolicy`` (a RayJob's
-``deletionStrategy``; off: a RayJob that sets one is ``ValidationFailed``) and
+``deletionStrategy``; off: a RayJob that sets one is ``ValidationFailed``),
 ``SidecarSubmitterRestart`` (a ``SidecarMode`` submitter restarted on failure, up to
 twice) and ``RayCronJob`` (the RayCronJob controller runs only when on)."""
 
