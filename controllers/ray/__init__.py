@@ -9,6 +9,8 @@ RayJob reconciler drives Ray jobs with).
   shared session per manager;
 - :mod:`controllers.ray.jobs`: the Jobs API's ``JobInfo`` and ``JobSubmitRequest`` as
   data, no I/O (what a pure plan may read);
+- :mod:`controllers.ray.retries`: how a controller talking to dashboards retries a
+  failed pass (the RayService and RayJob controllers' rate limiter);
 - :mod:`controllers.ray.serveconfig`: ``serveConfigV2`` YAML -> the JSON body to PUT;
 - :mod:`controllers.ray.fake`: :class:`~controllers.ray.fake.FakeDashboard` and
   :class:`~controllers.ray.fake.FakeDashboards` for unit tests.

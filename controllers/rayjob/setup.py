@@ -12,12 +12,11 @@ from typing import Any
 
 import api.v1 as v1
 from controllers import rbac
-from controllers.ray import dashboard
+from controllers.ray import dashboard, retries
 from controllers.rayjob import plan as plan_
 from controllers.rayjob import reconciler as reconciler_
 from runtime import builder, predicate
 from runtime import controller as controller_
-from runtime.workqueue import ratelimiter
 
 __all__ = ["NAME", "RBAC", "RECORDER", "rate_limiter", "setup"]
 
@@ -29,13 +28,8 @@ RBAC = rbac.RAYJOB
 """The API permissions the reconciler needs."""
 
 
-def rate_limiter() -> ratelimiter.RateLimiter:
-    """Retries of a failed pass: per RayJob 0.5 s doubling to 5 min, at most 10 per second
-    overall with bursts of 100 (client-go's default bucket)."""
-    return ratelimiter.MaxOf(
-        ratelimiter.ItemExponentialFailure(base=0.5, max_delay=300.0),
-        ratelimiter.TokenBucket(qps=10.0, burst=100),
-    )
+rate_limiter = retries.rate_limiter
+"""Retries of a failed pass (:func:`controllers.ray.retries.rate_limiter`)."""
 
 
 def setup(

@@ -26,7 +26,7 @@ from typing import Any
 
 import api.v1 as v1
 from controllers import rbac
-from controllers.ray import dashboard
+from controllers.ray import dashboard, retries
 from controllers.raycluster import interface as raycluster
 from controllers.rayservice import clusters, gateway, services
 from controllers.rayservice import reconciler as reconciler_
@@ -34,7 +34,6 @@ from runtime import builder, handler, predicate, reconcile
 from runtime import controller as controller_
 from runtime.cache import informer
 from runtime.client import errors
-from runtime.workqueue import ratelimiter
 
 __all__ = [
     "NAME",
@@ -179,14 +178,8 @@ async def gateway_api_served(client: Any) -> bool:
     return {gateway.GATEWAYS.kind, gateway.HTTPROUTES.kind} <= kinds
 
 
-def rate_limiter() -> ratelimiter.RateLimiter:
-    """Retries of a failed pass: per RayService 0.5 s doubling to 5 min (an unreachable
-    dashboard is asked about twice in its first 2 s, not hundreds of times), and at
-    most 10 per second overall with bursts of 100, as client-go's default."""
-    return ratelimiter.MaxOf(
-        ratelimiter.ItemExponentialFailure(base=0.5, max_delay=300.0),
-        ratelimiter.TokenBucket(qps=10.0, burst=100),
-    )
+rate_limiter = retries.rate_limiter
+"""Retries of a failed pass (:func:`controllers.ray.retries.rate_limiter`)."""
 
 
 def setup(
