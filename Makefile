@@ -184,6 +184,7 @@ bench: $(STAMP) controlplane ## Run the benchmarks in hack/bench (each prints on
 	$(PY) hack/bench/webhook_flood.py
 	$(PY) hack/bench/raycluster.py --clusters $${BENCH_CLUSTERS:-200}
 	$(PY) hack/bench/simulator.py
+	$(PY) hack/bench/rayjob.py --jobs $${BENCH_JOBS:-200}
 
 .PHONY: bench-churn
 bench-churn: $(STAMP) controlplane ## Spec churn: N RayServices' serveConfigV2 changed every second; writes, PUTs, 409s per change

@@ -1,4 +1,4 @@
-"""Benchmark: N RayJobs (``K8sJobMode``) run to ``Complete`` by our operator and by KubeRay, side by side.
+"""Benchmark: N RayJobs (``K8sJobMode``) run to ``Complete`` by ours and by KubeRay, side by side.
 
 Issue 38, item 7. One invocation runs the scenario once with our operator and (unless
 ``--no-kuberay``) once with KubeRay, in that order, each on a **fresh** control plane and
@@ -247,7 +247,8 @@ class Submitter:
             heads = await self.client.list(
                 PODS, namespace, label_selector=f"ray.io/cluster={cluster},ray.io/node-type=head"
             )
-            ips = [p["status"]["podIP"] for p in heads.items if (p.get("status") or {}).get("podIP")]
+            ips = [p["status"]["podIP"] for p in heads.items
+                   if (p.get("status") or {}).get("podIP")]  # fmt: skip
             if not job_id or not ips:
                 raise BenchError(f"submitter {namespace}/{name}: id {job_id!r}, heads {ips}")
             base = f"http://{ips[0]}:8265"
@@ -282,7 +283,8 @@ class Submitter:
             {"type": t, "status": s, "lastTransitionTime": stamp, **extra}
             for t, s, extra in (
                 ("Initialized", "True", {"reason": reason}), ("PodScheduled", "True", {}),
-                ("Ready", "False", {"reason": reason}), ("ContainersReady", "False", {"reason": reason}),
+                ("Ready", "False", {"reason": reason}),
+                ("ContainersReady", "False", {"reason": reason}),
             )
         ]  # fmt: skip
         patch = {"status": {
@@ -561,7 +563,8 @@ async def scenario(
     rest = rayservice_bench.minus(after, at_rest)
     result["status_writes"] = status_writes(life, "rayjobs")
     result["status_writes_per_job"] = round(status_writes(life, "rayjobs") / count, 3)
-    result["raycluster_status_writes_per_job"] = round(status_writes(life, "rayclusters") / count, 3)
+    clusters = status_writes(life, "rayclusters")
+    result["raycluster_status_writes_per_job"] = round(clusters / count, 3)
     result["rest_status_writes"] = status_writes(rest, "rayjobs") + status_writes(
         rest, "rayclusters"
     )
@@ -627,8 +630,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=200, help="RayJobs (default 200)")
     parser.add_argument("--kuberay", action=argparse.BooleanOptionalAction, default=True,
                         help="also run KubeRay (default yes)")  # fmt: skip
-    parser.add_argument("--quick", action="store_true",
-                        help="short jobs and windows: pending 0.5 s, run 1 s, rest 10 s")  # fmt: skip
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="short jobs and windows: pending 0.5 s, run 1 s, rest 10 s",
+    )
     parser.add_argument("--job-pending-s", type=float, default=None, help="default 1 (quick 0.5)")
     parser.add_argument("--job-run-s", type=float, default=None, help="default 3 (quick 1)")
     parser.add_argument("--rest-seconds", type=float, default=None, help="default 30 (quick 10)")
@@ -640,16 +646,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kuberay-version", default=DEFAULT_KUBERAY,
                         help=f"the KubeRay peer (default {DEFAULT_KUBERAY}; v1.7.0 is not "
                         "on the Go module proxy here)")  # fmt: skip
-    parser.add_argument("--kuberay-bin", type=pathlib.Path, default=None,
-                        help="default: hack/peers/kuberay.sh's cached binary (built if missing)")  # fmt: skip
-    parser.add_argument("--bin-dir", type=pathlib.Path, default=None,
-                        help="control-plane binaries; default $CONTROLPLANE_BIN_DIR or build.sh")  # fmt: skip
+    parser.add_argument(
+        "--kuberay-bin",
+        type=pathlib.Path,
+        default=None,
+        help="default: hack/peers/kuberay.sh's cached binary",
+    )
+    parser.add_argument(
+        "--bin-dir",
+        type=pathlib.Path,
+        default=None,
+        help="control-plane binaries; default $CONTROLPLANE_BIN_DIR",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs >= 1")
     quick = args.quick
-    for name, normal, short in (("job_pending_s", 1.0, 0.5), ("job_run_s", 3.0, 1.0),
-                                ("rest_seconds", 30.0, 10.0), ("settle_seconds", 5.0, 2.0)):  # fmt: skip
+    sizes = (("job_pending_s", 1.0, 0.5), ("job_run_s", 3.0, 1.0),
+             ("rest_seconds", 30.0, 10.0), ("settle_seconds", 5.0, 2.0))  # fmt: skip
+    for name, normal, short in sizes:
         if getattr(args, name) is None:
             setattr(args, name, short if quick else normal)
     if args.timeout is None:
