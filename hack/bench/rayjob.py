@@ -78,6 +78,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -580,9 +581,13 @@ async def scenario(
     result["job_api_requests_per_job"] = round((about_jobs - submitter.requests) / count, 2)
     result["submitter_requests"] = submitter.requests
     detail["job_api_by_route"] = dict(sorted(by_route.items()))
-    detail["data_plane_by_kind"] = {
-        k: n for k, n in sorted(rayservice_bench.data_plane(sim).items()) if n
-    }
+    plane_by_kind: dict[str, int] = {}
+    for key, n in rayservice_bench.data_plane(sim).items():  # one job's id is "{id}"
+        key = re.sub(r"/api/jobs/[^/]+", "/api/jobs/{id}", key.rstrip("/")) + (
+            "/" if key.endswith("/") else ""
+        )
+        plane_by_kind[key] = plane_by_kind.get(key, 0) + n
+    detail["data_plane_by_kind"] = dict(sorted(plane_by_kind.items()))
     detail["writes_by_kind_lifecycle"] = rayservice_bench.writes_by_kind(life)
     detail["writes_by_kind_rest"] = rayservice_bench.writes_by_kind(rest)
 
