@@ -164,18 +164,6 @@ async def start_manager(
     return h.Running(mgr, client, dashboards, task, stop)
 
 
-def release_finalizers(cp: controlplane.ControlPlane, namespace: str) -> None:
-    base = f"/apis/ray.io/v1/namespaces/{namespace}/rayjobs"
-    for item in (cp.request("GET", base) or {}).get("items") or ():
-        if item["metadata"].get("finalizers"):
-            with contextlib.suppress(controlplane.ApiError):
-                cp.request(
-                    "PATCH", f"{base}/{item['metadata']['name']}",
-                    {"metadata": {"finalizers": None}},
-                    content_type="application/merge-patch+json",
-                )  # fmt: skip
-
-
 @contextlib.asynccontextmanager
 async def manager_running(
     cp: controlplane.ControlPlane, namespace: str, **kw: Any
@@ -186,7 +174,7 @@ async def manager_running(
         yield running
     finally:
         await running.stop()
-        release_finalizers(cp, namespace)
+        h.release_finalizers(cp, namespace, "rayjobs")
 
 
 # -- the submitter's pod -----------------------------------------------------------------------

@@ -433,8 +433,12 @@ async def manager_running(
         release_finalizers(cp, namespace)
 
 
-def release_finalizers(cp: controlplane.ControlPlane, namespace: str) -> None:
-    base = f"/apis/ray.io/v1/namespaces/{namespace}/rayservices"
+def release_finalizers(
+    cp: controlplane.ControlPlane, namespace: str, plural: str = "rayservices"
+) -> None:
+    """Drop the finalizers of the namespace's ``ray.io/v1`` objects of ``plural`` left
+    behind by a stopped manager (so the namespace can go)."""
+    base = f"/apis/ray.io/v1/namespaces/{namespace}/{plural}"
     for item in (cp.request("GET", base) or {}).get("items") or ():
         if item["metadata"].get("finalizers"):
             with contextlib.suppress(controlplane.ApiError):
