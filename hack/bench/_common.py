@@ -31,8 +31,17 @@ from runtime import clock
 from runtime.testing import controlplane, process
 
 __all__ = [
-    "ROOT", "BenchError", "Child", "Manager", "bin_dir", "finish", "logger", "moment",
-    "parse_metrics", "profile_top",
+    "ROOT",
+    "BenchError",
+    "Child",
+    "Manager",
+    "bin_dir",
+    "finish",
+    "logger",
+    "make_namespaces",
+    "moment",
+    "parse_metrics",
+    "profile_top",
 ]  # fmt: skip
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -254,3 +263,21 @@ def profile_top(path: pathlib.Path, limit: int = 25, sort: str = "tottime") -> l
     lines = out.getvalue().splitlines()
     start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), 0)
     return [line.strip() for line in lines[start:] if line.strip()]
+
+
+async def make_namespaces(cp: controlplane.ControlPlane, namespaces: Sequence[str]) -> None:
+    """Create ``namespaces`` and wait (60 s at most) until kube-controller-manager has made
+    each one's default ServiceAccount, which pods need."""
+    for namespace in namespaces:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        cp.request("POST", "/api/v1/namespaces", body)
+    deadline = time.monotonic() + 60
+    for namespace in namespaces:  # kube-controller-manager makes the default accounts
+        while True:
+            try:
+                cp.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+                break
+            except controlplane.ApiError as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise BenchError(f"no default ServiceAccount in {namespace}") from exc
+                await asyncio.sleep(0.1)

@@ -169,22 +169,6 @@ def reported(obj: Mapping[str, Any]) -> bool:
     return rayservice_bench.ready(obj) and status.get("observedGeneration") == generation
 
 
-async def make_namespaces(cp: controlplane.ControlPlane, namespaces: list[str]) -> None:
-    for namespace in namespaces:
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-        cp.request("POST", "/api/v1/namespaces", body)
-    deadline = time.monotonic() + 60
-    for namespace in namespaces:  # kube-controller-manager makes the default accounts
-        while True:
-            try:
-                cp.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
-                break
-            except controlplane.ApiError as exc:
-                if exc.status != 404 or time.monotonic() > deadline:
-                    raise BenchError(f"no default ServiceAccount in {namespace}") from exc
-                await asyncio.sleep(0.1)
-
-
 async def churn(
     client: client_.Client, keys: list[tuple[str, str]], args: argparse.Namespace
 ) -> tuple[int, float, float]:
@@ -259,7 +243,7 @@ async def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         ):
             assert cp.kubeconfig is not None
             cp.install_crds(rayservice_bench.CRD_DIR)
-            await make_namespaces(cp, namespaces)
+            await _common.make_namespaces(cp, namespaces)
             log(f"control plane and simulator up in {time.monotonic() - t0:.1f} s")
             manager = _common.Manager.ours(cp.kubeconfig, work, [
                 "--use-kubernetes-proxy", "--log-level", args.manager_log_level,

@@ -441,19 +441,7 @@ async def run_one(args: argparse.Namespace, operator: str, result: dict[str, Any
         ):  # fmt: skip
             assert cp.kubeconfig is not None
             cp.install_crds(CRD_DIR)
-            for namespace in namespaces:
-                body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-                cp.request("POST", "/api/v1/namespaces", body)
-            deadline = time.monotonic() + 60
-            for namespace in namespaces:  # kube-controller-manager makes the default accounts
-                while True:
-                    try:
-                        cp.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
-                        break
-                    except controlplane.ApiError as exc:
-                        if exc.status != 404 or time.monotonic() > deadline:
-                            raise BenchError(f"no default ServiceAccount in {namespace}") from exc
-                        await asyncio.sleep(0.1)
+            await _common.make_namespaces(cp, namespaces)
             log(f"{operator}: control plane and simulator up in {time.monotonic() - t0:.1f} s")
             process = start_operator(operator, cp.kubeconfig, work, args)
             try:
