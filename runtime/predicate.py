@@ -12,6 +12,9 @@ predicates; they judge updates only:
 - :func:`spec_or_metadata_changed`: any of the three above (what an object's own
   controller usually wants: not its status writes, not ``resourceVersion`` or
   ``managedFields`` noise).
+- :func:`field_changed`: the value at one path changed (a missing one is ``None``), for
+  a controller that reads only part of what it watches - e.g. a child's
+  ``status.conditions`` and not its progress counters.
 - :func:`and_`, :func:`or_`, :func:`not_` combine them.
 
 >>> from runtime.cache.informer import Event
@@ -22,6 +25,11 @@ predicates; they judge updates only:
 (False, True)
 >>> or_(generation_changed, label_changed)(Event("update", new, old))
 False
+>>> finished = field_changed("status", "conditions")
+>>> finished(Event("update", {**new, "status": {"active": 1}}, old))
+False
+>>> finished(Event("update", {**new, "status": {"conditions": [{"type": "Complete"}]}}, old))
+True
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ __all__ = [
     "Predicate",
     "and_",
     "annotation_changed",
+    "field_changed",
     "generation_changed",
     "label_changed",
     "not_",
@@ -61,6 +70,28 @@ generation_changed: Predicate = _meta_changed("generation")
 resource_version_changed: Predicate = _meta_changed("resourceVersion")
 label_changed: Predicate = _meta_changed("labels")
 annotation_changed: Predicate = _meta_changed("annotations")
+
+
+def field_changed(*path: str) -> Predicate:
+    """Updates whose value at ``path`` (keys from the object's root) differs; creates and
+    deletes pass. A key missing on the way is ``None``."""
+    if not path:
+        raise ValueError("field_changed needs a path")
+
+    def at(obj: Any) -> Any:
+        for key in path:
+            if not isinstance(obj, dict):
+                return None
+            obj = obj.get(key)
+        return obj
+
+    def changed(event: informer.Event) -> bool:
+        if event.type != "update" or event.old is None:
+            return True
+        return bool(at(event.old) != at(event.obj))
+
+    changed.__name__ = f"{'.'.join(path)}_changed"
+    return changed
 
 
 def and_(*predicates: Predicate) -> Predicate:

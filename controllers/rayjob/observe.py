@@ -12,8 +12,9 @@ What it reads depends on the state:
 - ``Initializing``: once that cluster is ``ready``, its head Service; in
   ``K8sJobMode`` the submitter Job;
 - ``Running``: the submitter Job (``K8sJobMode``), the cluster's head pods
-  (``SidecarMode``, ``pod-ip`` addresses), the RayJob's head Service, and the
-  dashboard's answer;
+  (``SidecarMode``, ``pod-ip`` addresses), the RayJob's head Service, and - when a poll
+  is due (:func:`controllers.rayjob.plan.poll_at`: never asked, the submitter finished,
+  or the poll interval over) - the dashboard's answer; otherwise when it is due;
 - ``Retrying`` / ``Suspending`` / ``ValidationFailed``: the submitter Job;
 - being deleted (:func:`deleting`): the cluster, and a dashboard client to stop the job.
 
@@ -24,6 +25,7 @@ What it reads depends on the state:
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,8 +67,17 @@ class Seen:
     client: dashboard.DashboardClient | None = None
 
 
-async def observe(obj: Obj, *, cache: cache_.Cache, reach: Reach, options: plan_.Options) -> Seen:
-    """A RayJob not being deleted (see the module docstring)."""
+async def observe(
+    obj: Obj,
+    *,
+    cache: cache_.Cache,
+    reach: Reach,
+    options: plan_.Options,
+    now: datetime.datetime,
+    last_poll: datetime.datetime | None = None,
+) -> Seen:
+    """A RayJob not being deleted (see the module docstring). ``last_poll``: when the
+    dashboard was last asked about this attempt's job (None: never)."""
     try:
         job = v1.RayJob.model_validate(obj)
     except pydantic.ValidationError as exc:
@@ -115,6 +126,10 @@ async def observe(obj: Obj, *, cache: cache_.Cache, reach: Reach, options: plan_
         found["head_pods"] = heads
         job_id = status.get("jobId")
         if cluster is not None and job_id:
+            unasked = snapshot_.Snapshot(obj=obj, job=job, **found)
+            due = plan_.poll_at(unasked, last_poll=last_poll, now=now, options=options)
+            if due is not None:
+                return Seen(snapshot=dataclasses.replace(unasked, next_poll=due))
             view, client = await _ask(reach, cluster, heads, str(job_id))
             found["dashboard"] = view
     return Seen(snapshot=snapshot_.Snapshot(obj=obj, job=job, **found), client=client)

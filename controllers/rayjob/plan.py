@@ -64,7 +64,9 @@ not as KubeRay" below):
   ``Running`` asks the dashboard every :attr:`Options.poll_interval` while the job is
   young, then at a tenth of its age, at most :attr:`Options.poll_max` (with a submitter,
   whose end wakes the pass, :attr:`Options.poll_max_submitter`); terminal states wait for
-  their next deletion rule only.
+  their next deletion rule only. A pass woken between two polls (the cluster's status,
+  the submitter's pod) does not ask Ray (:func:`poll_at`; the snapshot's ``next_poll``)
+  and writes nothing new, so Ray's passing states are written at most once per poll.
 - ``HTTPMode``: Ray answering that the submission id exists already is a submission that
   succeeded (a pass killed after its POST), not a failure.
 """
@@ -104,6 +106,7 @@ __all__ = [
     "Update",
     "finalize",
     "plan",
+    "poll_at",
 ]
 
 Obj = dict[str, Any]
@@ -283,6 +286,45 @@ def plan(
     else:  # a state no version of KubeRay writes: start again rather than poll for ever
         return step.restart(f"unknown jobDeploymentStatus {state!r}")
     return step.result(state)
+
+
+def poll_at(
+    s: snapshot_.Snapshot,
+    *,
+    last_poll: datetime.datetime | None,
+    now: datetime.datetime,
+    options: Options,
+) -> datetime.datetime | None:
+    """When a ``Running`` pass over ``s`` (read without the dashboard) should next ask
+    the dashboard about the job; None: now. ``last_poll``: when it was last asked about
+    this attempt's job (None: not since the operator started).
+
+    Now when never asked, when the submitter has finished (its end is what the pass
+    waits for) or once the poll interval since ``last_poll`` is over; the interval grows
+    with the job's age (:attr:`Options.poll_interval` while young, a tenth of its age,
+    at most :attr:`Options.poll_max` or, with a submitter, whose end wakes the pass,
+    :attr:`Options.poll_max_submitter`). Other events (the cluster's status, the
+    submitter's progress) do not make a poll due: they wake the pass, which then asks
+    Ray nothing and writes nothing new.
+    """
+    if last_poll is None or s.job is None:
+        return None
+    step = _Step(s=s, job=s.job, now=now, options=options, status=dict(s.obj.get("status") or {}))
+    if step.submitter_finished()[0] is not None:
+        return None
+    due = last_poll + datetime.timedelta(seconds=_poll_interval(s.job, step.status, now, options))
+    return due if due > now else None
+
+
+def _poll_interval(
+    job: v1.RayJob, status: Mapping[str, Any], now: datetime.datetime, options: Options
+) -> float:
+    started = clock.parse_rfc3339(status.get("startTime")) or now
+    age = (now - started).total_seconds()
+    mode = job.spec.submission_mode or Mode.K8S_JOB.value
+    with_submitter = mode in (Mode.K8S_JOB, Mode.SIDECAR)
+    ceiling = options.poll_max_submitter if with_submitter else options.poll_max
+    return min(ceiling, max(options.poll_interval, age / 10))
 
 
 def finalize(s: snapshot_.Snapshot) -> Finalize:
@@ -568,13 +610,12 @@ class _Step:
         if self.state == State.FAILED:
             return
         self._ray_answer(finished)
-        if self.state == State.RUNNING:
-            self.look_again(self._poll())
-
-    def _poll(self) -> float:
-        age = (self.now - self.started()).total_seconds()
-        ceiling = self.options.poll_max_submitter if self.has_submitter() else self.options.poll_max
-        return min(ceiling, max(self.options.poll_interval, age / 10))
+        if self.state != State.RUNNING:
+            return
+        if self.s.dashboard is None and self.s.next_poll is not None:
+            self.look_again((self.s.next_poll - self.now).total_seconds())
+        else:
+            self.look_again(_poll_interval(self.job, self.status, self.now, self.options))
 
     def _grace_period_over(self) -> bool:
         job_status = str(self.status.get("jobStatus") or "")

@@ -12,7 +12,10 @@ One :meth:`Reconciler.reconcile`:
 4. otherwise observe (:mod:`~controllers.rayjob.observe`) -> plan (pure) -> act
    (:mod:`~controllers.rayjob.act`): the finalizer, the writes, the status through the
    diff-gated :class:`~runtime.status.StatusWriter` (no write when nothing changed), the
-   Events, and when to look again.
+   Events, and when to look again. A ``Running`` job's dashboard is asked only when a
+   poll is due (:func:`controllers.rayjob.plan.poll_at`); the reconciler remembers when
+   it last asked (:attr:`Reconciler.polls`), so that the submitter's progress or the
+   cluster's status waking a pass costs neither a request to Ray nor a status write.
 
 With a :class:`MetricsObserver`, each pass reports the state it ended in and a RayJob
 found gone (KubeRay's ``kuberay_job_execution_duration_seconds``).
@@ -97,11 +100,15 @@ class Reconciler:
             cluster_domain=self.options.plan.cluster_domain,
         )
         self.log = structlog.get_logger("controllers.rayjob")
+        self.polls: dict[tuple[str, str], tuple[str | None, str | None, datetime.datetime]] = {}
+        """``(namespace, name)`` -> ``(uid, jobId, when)`` of the last dashboard poll of a
+        ``Running`` RayJob (memory only: after a restart the first pass asks)."""
 
     async def reconcile(self, request: reconcile.Request) -> reconcile.Result:
         try:
             obj = await self.cache.get(v1.RAYJOBS, request.namespace, request.name)
         except errors.NotFound:
+            self.polls.pop((request.namespace, request.name), None)
             if self.metrics is not None:
                 self.metrics.job_forgotten(request.namespace, request.name)
             return reconcile.Result()
@@ -116,15 +123,56 @@ class Reconciler:
                 obj, plan_.finalize(seen.snapshot), client=seen.client
             )
         now = self.clock()
+        key = (request.namespace, request.name)
         seen = await observe.observe(
-            obj, cache=self.cache, reach=self.reach, options=self.options.plan
+            obj,
+            cache=self.cache,
+            reach=self.reach,
+            options=self.options.plan,
+            now=now,
+            last_poll=self._last_poll(key, obj),
         )
         suffixes = (names.random_suffix(self.rng), names.random_suffix(self.rng))
         decided = plan_.plan(seen.snapshot, now=now, options=self.options.plan, suffixes=suffixes)
         result = await self.executor.act(obj, decided, client=seen.client)
+        self._remember_poll(key, obj, seen, decided, now)
         if self.metrics is not None:
             self.metrics.job_passed(obj, decided.state, now)
         return result
+
+    def _last_poll(self, key: tuple[str, str], obj: Mapping[str, Any]) -> datetime.datetime | None:
+        """When the dashboard was last asked about ``obj``'s current job (None: never)."""
+        polled = self.polls.get(key)
+        job_id = (obj.get("status") or {}).get("jobId")
+        if polled is None or polled[:2] != (obj["metadata"].get("uid"), job_id):
+            return None
+        return polled[2]
+
+    def _remember_poll(
+        self,
+        key: tuple[str, str],
+        obj: Mapping[str, Any],
+        seen: observe.Seen,
+        decided: plan_.Plan,
+        now: datetime.datetime,
+    ) -> None:
+        """A pass that asked the dashboard, or that started a submitter (nothing to ask
+        before it has had a poll interval to submit), counts as a poll; a job no longer
+        ``Running`` is forgotten."""
+        if decided.state != v1.rayjob.JobDeploymentStatus.RUNNING:
+            self.polls.pop(key, None)
+            return
+        before = (obj.get("status") or {}).get("jobDeploymentStatus")
+        job = seen.snapshot.job
+        mode = (job.spec.submission_mode if job is not None else None) or _K8S_JOB
+        started_submitter = before != decided.state and mode in (_K8S_JOB, _SIDECAR)
+        if seen.snapshot.dashboard is not None or started_submitter:
+            job_id = (decided.status or obj.get("status") or {}).get("jobId")
+            self.polls[key] = (obj["metadata"].get("uid"), job_id, now)
+
+
+_K8S_JOB = v1.rayjob.SubmissionMode.K8S_JOB.value
+_SIDECAR = v1.rayjob.SubmissionMode.SIDECAR.value
 
 
 def _has_finalizer(obj: Mapping[str, Any]) -> bool:

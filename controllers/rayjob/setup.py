@@ -1,7 +1,9 @@
 """Wiring the RayJob controller to a manager: :func:`setup` reconciles RayJobs on changes
-to their spec, labels or annotations (its own status writes do not wake it) and on any
-change to the RayClusters, Services and submitter Jobs it controls (a cluster turning
-``ready``, a Job finishing: that is what moves a job on, not a 3 s poll). The cluster's
+to their spec, labels or annotations (its own status writes do not wake it), on any
+change to the RayClusters and Services it controls (a cluster turning ``ready``), and on
+a submitter Job's creation, deletion, a change of its conditions (its end) or of its
+``deletionTimestamp`` - not on its progress counters (``active``, ``ready``), which the
+plan never reads: the submitter's end, not a 3 s poll, moves a job on. The cluster's
 head pods are read from the cache (``SidecarMode``) but not watched: their submitter's
 end is seen at the next poll. :data:`RBAC` is what it needs in the API server.
 """
@@ -18,7 +20,7 @@ from controllers.rayjob import reconciler as reconciler_
 from runtime import builder, predicate
 from runtime import controller as controller_
 
-__all__ = ["NAME", "RBAC", "RECORDER", "rate_limiter", "setup"]
+__all__ = ["NAME", "RBAC", "RECORDER", "rate_limiter", "setup", "submitter_changed"]
 
 NAME = "rayjob"
 """The controller's name (logs, metrics)."""
@@ -30,6 +32,13 @@ RBAC = rbac.RAYJOB
 
 rate_limiter = retries.rate_limiter
 """Retries of a failed pass (:func:`controllers.ray.retries.rate_limiter`)."""
+
+
+submitter_changed = predicate.or_(
+    predicate.field_changed("status", "conditions"),
+    predicate.field_changed("metadata", "deletionTimestamp"),
+)
+"""Which submitter Job events wake its RayJob (see the module docstring)."""
 
 
 def setup(
@@ -56,7 +65,7 @@ def setup(
         .for_(v1.RAYJOBS, predicates=(predicate.spec_or_metadata_changed,))
         .owns(v1.RAYCLUSTERS)
         .owns(plan_.SERVICES)
-        .owns(plan_.JOBS)
+        .owns(plan_.JOBS, predicates=(submitter_changed,))
         .with_options(
             max_concurrent_reconciles=max_concurrent_reconciles,
             skip_name_validation=skip_name_validation,

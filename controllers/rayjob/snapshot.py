@@ -10,6 +10,7 @@ for each): a field left at its default was not looked for.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,4 +56,7 @@ class Snapshot:
     head_pods: tuple[Obj, ...] = ()
     """The cluster's head pods (``SidecarMode``: its submitter runs in the head pod)."""
     dashboard: Dashboard | None = None
-    """What the dashboard said of the job (read in ``Running`` only)."""
+    """What the dashboard said of the job (read in ``Running`` only, when a poll is due)."""
+    next_poll: datetime.datetime | None = None
+    """In ``Running`` with the dashboard not asked: when the next poll is due
+    (:func:`controllers.rayjob.plan.poll_at`)."""

@@ -328,7 +328,9 @@ async def test_deleting_a_running_rayjob_stops_its_ray_job(
     ip = await h.head_ip(client, namespace, cluster)
     await client.delete(v1.RAYJOBS, namespace, "pi")
     await helpers.eventually(lambda: j.stops(sim, job_id) >= 1, 30, "the Ray job stopped")
-    assert await j.ray_status(control_plane, ip, job_id) == "STOPPED"
+    # Ray says STOPPED - unless the garbage collector was quicker and the head went with
+    # the cluster once the finalizer was dropped (the stop request was counted above).
+    assert await j.ray_status(control_plane, ip, job_id) in ("STOPPED", None)
 
     async def gone() -> bool:
         try:

@@ -105,3 +105,19 @@ def test_combinators_stop_at_the_first_deciding_predicate() -> None:
     assert not predicate.and_(noted("a", False), noted("b", True))(event)
     assert predicate.or_(noted("c", True), noted("d", False))(event)
     assert asked == ["a", "c"]
+
+
+def test_field_changed_judges_updates_by_the_value_at_its_path() -> None:
+    finished = predicate.field_changed("status", "conditions")
+    running = {**meta(), "status": {"active": 1}}
+    progressed = {**meta(), "status": {"active": 1, "ready": 1}}
+    done = {**meta(), "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert not finished(update(running, progressed)), "another field moved: dropped"
+    assert finished(update(progressed, done))
+    assert not finished(update(done, {**done, "metadata": {"resourceVersion": "9"}}))
+    assert not finished(update(meta(), {**meta(), "status": "not a mapping"})), "None == None"
+    assert finished(Event("add", done, None))
+    assert finished(Event("delete", done, None))
+    assert finished.__name__ == "status.conditions_changed"
+    with pytest.raises(ValueError, match="needs a path"):
+        predicate.field_changed()

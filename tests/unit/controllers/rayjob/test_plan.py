@@ -516,6 +516,34 @@ def test_running_polls_young_jobs_often_and_old_ones_less() -> None:
     assert decide(found).requeue_after == 30.0
 
 
+def poll_at(obj: dict[str, Any], last: float | None, **found: Any) -> datetime.datetime | None:
+    last_poll = None if last is None else NOW + datetime.timedelta(seconds=last)
+    return plan_.poll_at(run_snap(obj, **found), last_poll=last_poll, now=NOW, options=OPTIONS)
+
+
+def test_a_poll_is_due_when_never_asked_when_the_submitter_ended_or_the_interval_is_over() -> None:
+    young = running(startTime=at(-10))
+    assert poll_at(young, None, submitter=submitter_job()) is None, "never asked: now"
+    assert poll_at(young, -1, submitter=submitter_job()) == NOW + datetime.timedelta(seconds=2)
+    assert poll_at(young, -3, submitter=submitter_job()) is None, "the 3 s are over"
+    ended = submitter_job("Complete")
+    assert poll_at(young, -1, submitter=ended) is None, "the submitter's end is worth a look"
+    old = running(startTime=at(-3600))  # a tenth of its age, at most 30 s with a submitter
+    assert poll_at(old, -1, submitter=submitter_job()) == NOW + datetime.timedelta(seconds=29)
+    http = running({"submissionMode": "HTTPMode"}, startTime=at(-3600))
+    assert poll_at(http, -1) == NOW + datetime.timedelta(seconds=9)
+
+
+def test_running_without_a_due_poll_keeps_ray_s_status_and_looks_again_when_due() -> None:
+    obj = running(jobStatus="PENDING", startTime=at(-10))
+    due = NOW + datetime.timedelta(seconds=2)
+    p = decide(run_snap(obj, submitter=submitter_job(), next_poll=due))
+    assert p.status is not None
+    assert p.status == obj["status"], "nothing new: nothing to write"
+    assert p.writes == ()
+    assert p.requeue_after == pytest.approx(2.0)
+
+
 # -- retries ------------------------------------------------------------------------------
 
 

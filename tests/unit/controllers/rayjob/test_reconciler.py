@@ -39,11 +39,19 @@ async def test_k8s_job_mode_life_and_no_write_at_rest(job_env: Env) -> None:
     assert submitter["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
     job_id = job["status"]["jobId"]
     env.fake(name).set_job(job_id, "RUNNING")
+    result = await env.reconcile()  # woken early (say, the submitter's pod started)
+    assert env.fake(name).job_calls["get_job"] == 0, "no poll before one is due"
+    assert (await env.status())["jobStatus"] == ""
+    assert result.requeue_after == pytest.approx(3.0), "the poll that is due: still 3 s away"
+    env.tick(3)
     await env.reconcile()
     assert (await env.status())["jobStatus"] == "RUNNING"
+    env.tick(3)
     await env.reconcile()
     writes = env.status_writes()
+    env.tick(3)
     await env.reconcile()
+    assert env.fake(name).job_calls["get_job"] == 3
     assert env.status_writes() == writes, "a poll that changes nothing writes nothing"
     env.fake(name).set_job(job_id, "SUCCEEDED")
     await env.finish_submitter()
@@ -74,9 +82,11 @@ async def test_http_mode_submits_once_and_completes(job_env: Env) -> None:
     await env.reconcile()  # Ray does not know the job: submitted
     fake = env.fake(name)
     assert [r.submission_id for r in fake.job_submissions] == [(await env.status())["jobId"]]
+    env.tick(3)
     await env.reconcile()
     assert len(fake.job_submissions) == 1
     fake.set_job(fake.job_submissions[0].submission_id or "", "SUCCEEDED")
+    env.tick(3)
     await env.reconcile()
     assert (await env.status())["jobDeploymentStatus"] == "Complete"
 
@@ -88,6 +98,7 @@ async def test_a_failed_attempt_is_retried_on_a_new_cluster(job_env: Env) -> Non
     await env.reconcile()
     job_id = (await env.status())["jobId"]
     fake.set_job(job_id, "FAILED", "boom")
+    env.tick(3)
     await env.reconcile()
     status = await env.status()
     assert (status["jobDeploymentStatus"], status["failed"]) == ("Retrying", 1)
