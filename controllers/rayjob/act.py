@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,9 +31,18 @@ from runtime import events, objects, reconcile
 from runtime import status as runtime_status
 from runtime.client import errors
 
-__all__ = ["Executor"]
+__all__ = ["Acted", "Executor"]
 
 Obj = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Acted:
+    """A plan carried out: the pass's result, and the RayJob as the server has it now
+    (after its finalizer and status writes; None when it deleted itself)."""
+
+    result: reconcile.Result
+    obj: Obj | None
 
 
 class Executor:
@@ -48,8 +58,8 @@ class Executor:
 
     async def act(
         self, obj: Obj, plan: plan_.Plan, *, client: dashboard.DashboardClient | None
-    ) -> reconcile.Result:
-        """Carry out ``plan`` for the RayJob ``obj``; the pass's result."""
+    ) -> Acted:
+        """Carry out ``plan`` for the RayJob ``obj``."""
         if plan.add_finalizer and not objects.has_finalizer(obj, names.FINALIZER):
             desired = copy.deepcopy(obj)
             objects.add_finalizer(desired, names.FINALIZER)
@@ -61,18 +71,18 @@ class Executor:
                     status = write.failed_status
             elif isinstance(write, plan_.DeleteSelf):
                 await self._delete_self(obj)
-                return reconcile.Result()
+                return Acted(reconcile.Result(), None)
             else:
                 await self._write(obj, write)
         if status is not None:
-            result = await self.writer.update(obj, status)
-            if result.outcome is runtime_status.Outcome.STALE:
+            written = await self.writer.update(obj, status)
+            if written.outcome is runtime_status.Outcome.STALE:
                 raise RuntimeError("the RayJob changed while its status was computed; again")
         for event in plan.events:
             self.recorder.event(obj, event.type, event.reason, event.message, action=event.action)
-        if plan.requeue_after is not None:
-            return reconcile.Result(requeue_after=plan.requeue_after)
-        return reconcile.Result()
+        if status is not None:
+            obj = written.obj
+        return Acted(reconcile.Result(requeue_after=plan.requeue_after), obj)
 
     async def finalize(
         self, obj: Obj, plan: plan_.Finalize, *, client: dashboard.DashboardClient | None

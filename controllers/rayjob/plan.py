@@ -1,6 +1,6 @@
 """Plan: one pure function from a :class:`~controllers.rayjob.snapshot.Snapshot` and the
-clock to every write of a RayJob pass: KubeRay v1.7.0's state machine
-(``status.jobDeploymentStatus``), one step per pass.
+clock to every write of one step of a RayJob: KubeRay v1.7.0's state machine
+(``status.jobDeploymentStatus``), one step per plan.
 
 No client, no cache, no event loop: an import-linter contract in ``pyproject.toml`` holds
 this module and everything it imports to that. The objects it plans are built by the pure
@@ -11,12 +11,13 @@ random name suffixes are drawn by the caller and passed in (``suffixes``).
 submission to Ray, the RayJob's own deletion), then the status, the Events, and when to
 look again. :func:`finalize` plans a RayJob being deleted (:class:`Finalize`).
 
-**One step per pass, and the step's ids first.** ``New`` -> ``Initializing`` writes only
+**One step per plan, and the step's ids first.** ``New`` -> ``Initializing`` writes only
 the status - the submission id, the cluster's name and the attempt's start - and the
-next pass, which reads them back, creates what they name; so an operator killed between
-two writes never creates a second cluster or submits a job twice (KubeRay's rule, kept).
-A pass whose step needs no event from outside asks to be looked at again at once
-(:data:`IMMEDIATE`) instead of KubeRay's 3 s.
+next step, planned on the RayJob as written, creates what they name; so an operator
+killed between two writes never creates a second cluster or submits a job twice (KubeRay's rule, kept).
+A step that needs no event from outside asks to be looked at again at once
+(:data:`IMMEDIATE`) instead of KubeRay's 3 s; the reconciler then plans the next step in
+the same pass, on the RayJob its writes left (``CHAINED_STEPS``).
 
 **The states** (KubeRay's transition table; what differs is listed under "Deliberately
 not as KubeRay" below):

@@ -1,5 +1,6 @@
-"""The RayJob reconciler: one pass moves a RayJob one step through KubeRay v1.7.0's state
-machine (:mod:`controllers.rayjob.plan` says which, and what differs from KubeRay).
+"""The RayJob reconciler: one pass moves a RayJob through KubeRay v1.7.0's state machine,
+a step at a time (:mod:`controllers.rayjob.plan` says which, and what differs from
+KubeRay); steps that need nothing from outside follow in the same pass.
 
 One :meth:`Reconciler.reconcile`:
 
@@ -9,7 +10,8 @@ One :meth:`Reconciler.reconcile`:
 3. being deleted: stops its Ray job unless Ray reported it terminal (a failure is only
    logged), then removes the finalizer ``ray.io/rayjob-finalizer``; its cluster, submitter
    Job and Service go by owner references;
-4. otherwise observe (:mod:`~controllers.rayjob.observe`) -> plan (pure) -> act
+4. otherwise, up to :data:`CHAINED_STEPS` steps: observe
+   (:mod:`~controllers.rayjob.observe`) -> plan (pure) -> act
    (:mod:`~controllers.rayjob.act`): the finalizer, the writes, the status through the
    diff-gated :class:`~runtime.status.StatusWriter` (no write when nothing changed), the
    Events, and when to look again. A ``Running`` job's dashboard is asked only when a
@@ -41,7 +43,13 @@ from runtime import status as runtime_status
 from runtime.cache import cache as cache_
 from runtime.client import errors
 
-__all__ = ["MetricsObserver", "Options", "Reconciler"]
+__all__ = ["CHAINED_STEPS", "MetricsObserver", "Options", "Reconciler"]
+
+CHAINED_STEPS = 3
+"""Steps one pass takes at most: a step whose plan looks again at once
+(:data:`controllers.rayjob.plan.IMMEDIATE`) is followed in the same pass, on the RayJob
+as its own writes left it (e.g. ``New`` -> ``Initializing`` and the cluster's creation;
+``Complete`` and its deletion policy), rather than through the work queue."""
 
 
 class MetricsObserver(Protocol):
@@ -122,23 +130,29 @@ class Reconciler:
             return await self.executor.finalize(
                 obj, plan_.finalize(seen.snapshot), client=seen.client
             )
-        now = self.clock()
         key = (request.namespace, request.name)
-        seen = await observe.observe(
-            obj,
-            cache=self.cache,
-            reach=self.reach,
-            options=self.options.plan,
-            now=now,
-            last_poll=self._last_poll(key, obj),
-        )
-        suffixes = (names.random_suffix(self.rng), names.random_suffix(self.rng))
-        decided = plan_.plan(seen.snapshot, now=now, options=self.options.plan, suffixes=suffixes)
-        result = await self.executor.act(obj, decided, client=seen.client)
-        self._remember_poll(key, obj, seen, decided, now)
-        if self.metrics is not None:
-            self.metrics.job_passed(obj, decided.state, now)
-        return result
+        for _ in range(CHAINED_STEPS):
+            now = self.clock()
+            seen = await observe.observe(
+                obj,
+                cache=self.cache,
+                reach=self.reach,
+                options=self.options.plan,
+                now=now,
+                last_poll=self._last_poll(key, obj),
+            )
+            suffixes = (names.random_suffix(self.rng), names.random_suffix(self.rng))
+            decided = plan_.plan(
+                seen.snapshot, now=now, options=self.options.plan, suffixes=suffixes
+            )
+            acted = await self.executor.act(obj, decided, client=seen.client)
+            self._remember_poll(key, obj, seen, decided, now)
+            if self.metrics is not None:
+                self.metrics.job_passed(obj, decided.state, now)
+            if acted.obj is None or acted.result.requeue_after != plan_.IMMEDIATE:
+                break
+            obj = acted.obj  # the next step needs nothing from outside: take it now
+        return acted.result
 
     def _last_poll(self, key: tuple[str, str], obj: Mapping[str, Any]) -> datetime.datetime | None:
         """When the dashboard was last asked about ``obj``'s current job (None: never)."""

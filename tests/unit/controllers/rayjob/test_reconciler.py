@@ -17,11 +17,14 @@ async def start(env: Env, **spec: object) -> str:
     """Create the RayJob and bring it to Running; returns its cluster's name."""
     await env.client.create(rayjob(**spec))
     await env.synced()
-    await env.reconcile()  # New -> Initializing: ids first
+    await env.reconcile()  # New -> Initializing (ids first), then the cluster: one pass
     status = await env.status()
     assert status["jobDeploymentStatus"] == "Initializing"
-    assert env.writes("rayclusters") == 0, "nothing is created before the ids are stored"
-    await env.reconcile()  # the cluster
+    writes = [(v, r, s) for v, r, s in env.client.calls if v in ("create", "update")]
+    first_status = writes.index(("update", "rayjobs.ray.io", "status"))
+    assert writes.index(("create", "rayclusters.ray.io", "")) > first_status, (
+        "nothing is created before the ids are stored"
+    )
     (name,) = await env.live_clusters()
     assert name == status["rayClusterName"]
     await env.cluster_ready(name)
@@ -102,14 +105,12 @@ async def test_a_failed_attempt_is_retried_on_a_new_cluster(job_env: Env) -> Non
     await env.reconcile()
     status = await env.status()
     assert (status["jobDeploymentStatus"], status["failed"]) == ("Retrying", 1)
-    await env.reconcile()  # the cluster deleted
-    assert await env.live_clusters() == []
-    while (await env.status())["jobDeploymentStatus"] == "Retrying":
-        await env.reconcile()
-    await env.reconcile()  # New -> Initializing
+    assert await env.live_clusters() == [], "deleted in the same pass (a chained step)"
+    await env.reconcile()  # it is gone: New -> Initializing -> the new cluster, one pass
     status = await env.status()
     assert status["jobDeploymentStatus"] == "Initializing"
     assert status["rayClusterName"] != first
+    assert await env.live_clusters() == [status["rayClusterName"]]
     assert status["jobId"] != job_id
     assert status["failed"] == 1
 
