@@ -21,7 +21,8 @@ Then:
 1. starts a control plane with :mod:`runtime.testing.controlplane` (kube-controller-manager,
    kube-scheduler, kwok, two fake nodes) with kube-apiserver's **audit log** on: level
    ``Request`` for ``create`` of pods, services, serviceaccounts, secrets, roles,
-   rolebindings, rayclusters, and the Gateway API's gateways and httproutes, nothing else;
+   rolebindings, rayclusters, batch jobs, and the Gateway API's gateways and httproutes,
+   nothing else;
 2. installs every CRD of KubeRay's CRD directory (RayCluster, RayJob, RayService, and
    RayCronJob from v1.6), then the Gateway API's (standard channel, from
    ``hack/gatewayapi/install.sh``; KubeRay reads Gateways and HTTPRoutes through its cache,
@@ -37,9 +38,14 @@ Then:
    then for each sample waits - bounded - until KubeRay
    has created the head pod and every worker pod it will create (its reconcile creates the
    autoscaler's ServiceAccount/Role/RoleBinding and the services before any pod, so the pods
-   come last), reads the RayCluster back as stored (for a RayService: the RayCluster KubeRay
-   made for it) and takes from the audit log the ``requestObject`` of every successful create
-   KubeRay made in that namespace;
+   come last); for a RayJob it then waits - bounded - for what KubeRay makes once that
+   cluster is ready (kwok runs the pods Running and Ready): the RayJob's head Service
+   ``<rayjob>-head-svc`` (created in ``Running``) and, in ``K8sJobMode``, the submitter Job
+   (created in ``Initializing``, just before), and reads the RayJob back
+   (``InteractiveMode`` is not recorded: it waits in ``Waiting`` for a ``spec.jobId``);
+   then it reads the RayCluster back as stored (for a RayService or a RayJob: the
+   RayCluster KubeRay made for it) and takes from the audit log the ``requestObject`` of
+   every successful create KubeRay made in that namespace;
 5. checks, once every sample is done, that KubeRay created nothing more in any of the
    namespaces meanwhile, stops KubeRay and the control plane, and writes one file per sample.
 
@@ -68,6 +74,18 @@ Output: ``tests/unit/testdata/kuberay-<version>/<sample file name without .yaml>
                                               # NewClusterWithIncrementalUpgrade,
                                               # "gateways": [...], "httproutes": [...]
 
+A RayJob sample's file is ``kuberay-<version>/rayjob/<name>.json`` (:data:`RAYJOB_SUBDIR`); its
+``created`` holds the RayCluster's objects only (those it controls), and two more keys hold
+the RayJob's own (:data:`RAYJOB_KINDS`)::
+
+     "rayjob": {...},                         # as stored, without the same bookkeeping;
+                                              # of its status only what KubeRay chose:
+                                              # jobId, rayClusterName, dashboardURL
+     "rayjob_created": {"jobs": [...], "services": [...]}
+                                              # the submitter Job (K8sJobMode) and
+                                              # <rayjob>-head-svc: the creates of what the
+                                              # RayJob controls, but its RayCluster
+
 Each created object is the audit log's ``requestObject``: what the API server decoded from
 KubeRay's request - its body with the API's *scheme defaults* applied (the apiserver defaults
 while decoding, before audit logging; e.g. ``terminationMessagePath``, ``imagePullPolicy``,
@@ -76,22 +94,29 @@ from run to run are made stable and nothing else is changed: every ``ownerRefere
 and the RayCluster's (and a RayService's) uid wherever it appears (GCS fault tolerance's
 default external storage namespace), is ``"<uid>"``; the random five-character suffix KubeRay
 gives a RayService's RayCluster name is ``xxxxx`` everywhere it appears; a multi-host replica's
-random name (``<group>-<5 characters>``) is ``<group>-xxxx<replica index>``; every value of a
-created Secret's data (the auth token) is ``"<random>"``; and the default ports KubeRay appends
-to a *custom* head service (``headGroupSpec.headService``), in Go map order that changes from
-run to run, are sorted by name after the user's own ports. Pods are sorted head first, then
+random name (``<group>-<5 characters>``) is ``<group>-xxxx<replica index>``; a RayJob's uid is
+``"<uid>"``, the random suffix of its RayCluster's name ``xxxxx`` and that of its generated
+submission id (``status.jobId``, without ``spec.jobId``) ``yyyyy``, everywhere (and in
+``SidecarMode``, where that id is in the head's spec, the head pod's
+``ray.io/upgrade-strategy-recreate-hash`` is ``"<hash>"``); every value of a created Secret's
+data (the auth token) is ``"<random>"``; and the default ports KubeRay appends to a *custom*
+head service (``headGroupSpec.headService``, and to a RayJob's head Service, built from it),
+in Go map order that changes from run to run, are sorted by name after the user's own
+ports. Pods are sorted head first, then
 workers by group, then by name or generateName; other lists by name (with the placeholders
-in). Two runs give identical bytes.
+in). Two runs give identical bytes. ``--only GLOB`` (repeatable) records only the samples whose
+file name (without ``.yaml``) matches, and writes only their files.
 
 Network safety: everything listens on and connects to ``127.0.0.1``. In the first control
 plane there is no pod network and this machine routes the pod CIDR (``198.18.0.0/16``) to its
 default gateway, so the API server's ``cluster`` egress (its pod, service and node proxy
 connections - what KubeRay's ``--use-kubernetes-proxy`` mode uses to reach the Ray dashboard of
-a RayService) goes through an HTTP CONNECT "proxy" of ours on a Unix socket that refuses every
-request and counts them. The second one (:data:`SERVED_SAMPLES`) has the harness's pod
-network: the pod CIDR routes into its network namespace, where the simulator answers at the
-head pods' IPs, and the API server's proxy connections go there directly (the simulator
-refuses to start unless the route is in place); nothing else is dialled.
+a RayService or of a running RayJob) goes through an HTTP CONNECT "proxy" of ours on a Unix
+socket that refuses every request and counts them. The second one (:data:`SERVED_SAMPLES`)
+has the harness's pod network: the pod CIDR routes into its network namespace, where the
+simulator answers at the head pods' IPs, and the API server's proxy connections go there
+directly (the simulator refuses to start unless the route is in place); nothing else is
+dialled.
 """
 
 from __future__ import annotations
@@ -100,6 +125,7 @@ import argparse
 import collections
 import contextlib
 import copy
+import fnmatch
 import http.client
 import json
 import os
@@ -126,6 +152,8 @@ __all__ = [
     "CREATED_KINDS",
     "GATEWAY_KINDS",
     "KUBERAY_VERSION",
+    "RAYJOB_KINDS",
+    "RAYJOB_SUBDIR",
     "SAMPLES",
     "SERVED_SAMPLES",
     "Sample",
@@ -147,6 +175,17 @@ GATEWAY_KINDS = ("gateways", "httproutes")
 more keys of ``created`` for a RayService upgraded with ``NewClusterWithIncrementalUpgrade``
 (:attr:`Sample.incremental`), and only for it, so the other files keep their keys."""
 
+RAYJOB_KINDS = ("jobs", "services")
+"""The keys of a RayJob sample's ``rayjob_created``: the submitter Job (``batch/v1``, in
+``K8sJobMode``) and the RayJob's head Service ``<rayjob>-head-svc``."""
+
+RAYJOB_SUBDIR = "rayjob"
+"""The folder of the output directory that holds the RayJob samples' files (their documents
+have two more keys; the top level is one shape, read by the RayCluster golden tests)."""
+
+RAYJOB_STATUS_FIELDS = ("jobId", "rayClusterName", "dashboardURL")
+"""The fields of a RayJob's status that are recorded: the names KubeRay chose."""
+
 INCREMENTAL_UPGRADE = "NewClusterWithIncrementalUpgrade"
 
 TESTDATA = ROOT / "tests" / "unit" / "testdata"
@@ -157,6 +196,8 @@ SECRET_PLACEHOLDER = "<random>"
 
 UID_PLACEHOLDER = "<uid>"
 RANDOM_SUFFIX_PLACEHOLDER = "xxxxx"
+JOB_ID_SUFFIX_PLACEHOLDER = "yyyyy"
+"""The random suffix of a RayJob's generated submission id (``<rayjob>-<5 characters>``)."""
 USER_AGENT_PREFIX = "kuberay-operator/"
 """KubeRay sets its client's user agent to ``kuberay-operator/<version>``."""
 
@@ -200,6 +241,14 @@ class Sample:
         return self.kind == "RayService" and strategy.get("type") == INCREMENTAL_UPGRADE
 
     @property
+    def submission_mode(self) -> str | None:
+        """A RayJob's ``submissionMode`` (KubeRay's default ``K8sJobMode``); None for the
+        other kinds."""
+        if self.kind != "RayJob":
+            return None
+        return str((self.ray_object.get("spec") or {}).get("submissionMode") or "K8sJobMode")
+
+    @property
     def kinds(self) -> tuple[str, ...]:
         """The keys of this sample's ``created``."""
         return CREATED_KINDS + GATEWAY_KINDS if self.incremental else CREATED_KINDS
@@ -226,6 +275,14 @@ SAMPLES: dict[str, tuple[str, ...]] = {
         "ray-cluster.external-redis.yaml",  # spec.gcsFaultToleranceOptions
         "ray-cluster.deprecate-gcs-ft.yaml",  # the ray.io/ft-enabled annotation
         "ray-cluster.auth.yaml",  # authOptions.mode: token (KubeRay creates a Secret)
+        # RayJobs: the RayCluster, the submitter Job and <rayjob>-head-svc.
+        "ray-job.sample.yaml",  # K8sJobMode by default, runtimeEnvYAML
+        "ray-job.shutdown.yaml",  # shutdownAfterJobFinishes with a TTL
+        "ray-job.resources.yaml",  # entrypointNumCpus / NumGpus / Resources
+        "ray-job.custom-head-svc.yaml",  # the cluster's head Service has a custom name
+        "ray-job.light-weight-submitter.yaml",  # submitterPodTemplate with its own command
+        "ray-job.deletion-rules.yaml",  # a multi-line entrypoint, deletionRules
+        "ray-job.sidecar-mode.yaml",  # SidecarMode: the submitter in the head pod, no Job
     ),
 }
 """Per KubeRay version, the file names under ``config/samples/`` of its module (its
@@ -244,7 +301,11 @@ Ray simulator answers at their heads (an unknown version gets the newest list)."
 
 OWN_SAMPLES: dict[str, tuple[str, ...]] = {
     "v1.5.0": ("config/samples/ray_v1_raycluster.yaml",),
-    "v1.7.0": ("config/samples/ray_v1_raycluster.yaml", "config/samples/ray_v1_rayservice.yaml"),
+    "v1.7.0": (
+        "config/samples/ray_v1_raycluster.yaml",
+        "config/samples/ray_v1_rayservice.yaml",
+        "config/samples/ray_v1_rayjob.yaml",
+    ),
 }
 """Per KubeRay version, this repository's own samples recorded with it."""
 
@@ -361,6 +422,51 @@ def stored_raycluster(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stored_rayjob(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A RayJob as stored, without the server's bookkeeping, and of its status only the names
+    KubeRay chose (:data:`RAYJOB_STATUS_FIELDS`).
+
+    >>> stored_rayjob({"metadata": {"name": "j", "uid": "u", "generation": 1},
+    ...     "status": {"jobId": "j-b4c5d", "startTime": "2026-01-01T00:00:00Z"}})
+    {'metadata': {'name': 'j'}, 'status': {'jobId': 'j-b4c5d'}}
+    """
+    status = obj.get("status") or {}
+    out = stored_raycluster(obj)
+    out["status"] = {k: copy.deepcopy(status[k]) for k in RAYJOB_STATUS_FIELDS if k in status}
+    return out
+
+
+def rayjob_renames(rayjob: Mapping[str, Any]) -> dict[str, str]:
+    """The RayJob's uid -> ``"<uid>"``, and its generated submission id (``status.jobId``
+    without ``spec.jobId``) -> ``<rayjob>-yyyyy``.
+
+    >>> rayjob_renames({"metadata": {"name": "pi", "uid": "u1"}, "spec": {},
+    ...                 "status": {"jobId": "pi-q7x2b"}})
+    {'u1': '<uid>', 'pi-q7x2b': 'pi-yyyyy'}
+    >>> rayjob_renames({"metadata": {"name": "pi", "uid": "u1"}, "spec": {"jobId": "mine"},
+    ...                 "status": {"jobId": "mine"}})
+    {'u1': '<uid>'}
+    """
+    renames = {str(rayjob["metadata"]["uid"]): UID_PLACEHOLDER}
+    job_id = (rayjob.get("status") or {}).get("jobId")
+    if job_id and not (rayjob.get("spec") or {}).get("jobId"):
+        renames[job_id] = f"{rayjob['metadata']['name']}-{JOB_ID_SUFFIX_PLACEHOLDER}"
+    return renames
+
+
+def controlled_by_kind(obj: Mapping[str, Any]) -> str | None:
+    """The kind of an object's controller owner (None without one).
+
+    >>> controlled_by_kind({"metadata": {"ownerReferences": [
+    ...     {"kind": "RayJob", "controller": True}]}})
+    'RayJob'
+    """
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("kind"))
+    return None
+
+
 def render(document: Mapping[str, Any]) -> str:
     """The file's exact text: ``indent=1``, sorted keys, a trailing newline."""
     return json.dumps(document, indent=1, sort_keys=True) + "\n"
@@ -424,6 +530,7 @@ AUDIT_POLICY = {
                 {"group": "", "resources": ["pods", "services", "serviceaccounts", "secrets"]},
                 {"group": "rbac.authorization.k8s.io", "resources": ["roles", "rolebindings"]},
                 {"group": "ray.io", "resources": ["rayclusters"]},
+                {"group": "batch", "resources": ["jobs"]},
                 {"group": "gateway.networking.k8s.io", "resources": list(GATEWAY_KINDS)},
             ],
         },
@@ -609,7 +716,9 @@ def apply(cp: controlplane.ControlPlane, sample: Sample) -> None:
         if plural is None:
             raise RuntimeError(f"{sample.source}: cannot create a {kind[1]} yet")
         cp.request("POST", f"/api/v1/namespaces/{ns}/{plural}", doc)
-    plural = {"RayCluster": "rayclusters", "RayService": "rayservices"}[sample.kind]
+    plural = {"RayCluster": "rayclusters", "RayService": "rayservices", "RayJob": "rayjobs"}[
+        sample.kind
+    ]
     cp.request("POST", f"/apis/ray.io/v1/namespaces/{ns}/{plural}", sample.ray_object)
 
 
@@ -623,6 +732,11 @@ def the_raycluster(cp: controlplane.ControlPlane, sample: Sample) -> dict[str, A
         raise RuntimeError(f"{sample.source}: KubeRay made {len(items)} RayClusters")
     return dict(items[0]) if items else None
 
+
+RECREATE_HASH_ANNOTATION = "ray.io/upgrade-strategy-recreate-hash"
+HASH_PLACEHOLDER = "<hash>"
+"""A ``SidecarMode`` RayJob's head pod's recreate hash: KubeRay hashes the head's spec, which
+there holds the sidecar's random submission id."""
 
 REPLICA_NAME_LABEL = "ray.io/worker-group-replica-name"
 REPLICA_INDEX_LABEL = "ray.io/worker-group-replica-index"
@@ -695,6 +809,13 @@ def collect(
         return events if len(pods) == want else None
 
     events = wait_for(f"{want} pods of {sample.source}", pods_created, WAIT_SECONDS)
+    if sample.kind == "RayJob":
+        what = "Job and head Service" if sample.submission_mode == "K8sJobMode" else "head Service"
+        wait_for(f"the {what} of {sample.source}", lambda: rayjob_made(audit_log, sample),
+                 WAIT_SECONDS)  # fmt: skip
+        events = pods_created() or []
+        if not events:
+            raise RuntimeError(f"{sample.source}: KubeRay created fewer than {want} pods")
     if sample.served:
         what = "Ready with its HTTPRoute" if sample.incremental else "Ready"
         wait_for(f"{sample.source} {what}", lambda: served(cp, audit_log, sample), WAIT_SECONDS)
@@ -709,11 +830,14 @@ def collect(
             f"{event.get('responseStatus')}")  # fmt: skip
     cluster = the_raycluster(cp, sample) or cluster  # re-read: what the pods were built from
     created: dict[str, list[Any]] = {kind: [] for kind in sample.kinds}
+    rayjob_objects: dict[str, list[Any]] = {kind: [] for kind in RAYJOB_KINDS}
     unexpected: collections.Counter[str] = collections.Counter()
     for event in events:
-        resource = event["objectRef"]["resource"]
-        if resource in created:
-            created[resource].append(event["requestObject"])
+        resource, body = event["objectRef"]["resource"], event["requestObject"]
+        if resource in rayjob_objects and controlled_by_kind(body) == "RayJob":
+            rayjob_objects[resource].append(body)
+        elif resource in created:
+            created[resource].append(body)
         elif resource != "rayclusters":
             unexpected[resource] += 1
     if unexpected:
@@ -724,14 +848,27 @@ def collect(
         renames[name] = f"{name[: -len(RANDOM_SUFFIX_PLACEHOLDER)]}{RANDOM_SUFFIX_PLACEHOLDER}"
         path = f"/apis/ray.io/v1/namespaces/{sample.namespace}/rayservices/{sample.name}"
         renames[cp.request("GET", path)["metadata"]["uid"]] = UID_PLACEHOLDER
+    rayjob: dict[str, Any] = {}
+    if sample.kind == "RayJob":
+        name = cluster["metadata"]["name"]
+        renames[name] = f"{name[: -len(RANDOM_SUFFIX_PLACEHOLDER)]}{RANDOM_SUFFIX_PLACEHOLDER}"
+        path = f"/apis/ray.io/v1/namespaces/{sample.namespace}/rayjobs/{sample.name}"
+        rayjob = dict(cp.request("GET", path))
+        renames.update(rayjob_renames(rayjob))
     renames.update(replica_renames(created["pods"]))
     custom = cluster["spec"]["headGroupSpec"].get("headService")
     if custom:
-        for service in created["services"]:
+        # a RayJob's head Service is built as its cluster's, in the same random order
+        for service in created["services"] + rayjob_objects["services"]:
             sort_appended_ports(service, len(custom.get("spec", {}).get("ports") or []))
     for secret in created["secrets"]:
         redact_secret(secret)
     created = normalise(created, renames)
+    if sample.submission_mode == "SidecarMode":
+        for pod in created["pods"]:
+            annotations = pod["metadata"].get("annotations") or {}
+            if RECREATE_HASH_ANNOTATION in annotations:
+                annotations[RECREATE_HASH_ANNOTATION] = HASH_PLACEHOLDER
     # Sorted once the random names are placeholders: their order is then the same every run.
     created["pods"].sort(key=pod_sort_key)
     for kind in sample.kinds[1:]:
@@ -742,7 +879,30 @@ def collect(
         "raycluster": normalise(stored_raycluster(cluster), renames),
         "created": created,
     }
+    if sample.kind == "RayJob":
+        document["rayjob"] = normalise(stored_rayjob(rayjob), renames)
+        document["rayjob_created"] = {
+            kind: sorted(normalise(objects, renames), key=name_sort_key)
+            for kind, objects in rayjob_objects.items()
+        }
     return document, len(events)
+
+
+def rayjob_made(audit_log: pathlib.Path, sample: Sample) -> bool:
+    """KubeRay has created the RayJob's head Service and, in ``K8sJobMode``, its submitter
+    Job (named as the RayJob)."""
+    made = {
+        (
+            e["objectRef"]["resource"],
+            e["objectRef"].get("name") or e["requestObject"]["metadata"].get("name"),
+        )
+        for e in in_namespace(kuberay_creates(audit_log), sample.namespace)
+        if succeeded(e)
+    }
+    wanted = {("services", f"{sample.name}-head-svc")}
+    if sample.submission_mode == "K8sJobMode":
+        wanted.add(("jobs", sample.name))
+    return wanted <= made
 
 
 def creates_in(audit_log: pathlib.Path, namespace: str) -> int:
@@ -837,10 +997,34 @@ def record(
     return [document for document, _ in results]
 
 
-def run(peer: Peer, out_dir: pathlib.Path) -> None:
+def selected(samples: Sequence[Sample], only: Sequence[str]) -> list[Sample]:
+    """The samples whose file name without ``.yaml`` matches one of the ``only`` globs (all of
+    them without any); :class:`ValueError` when a glob matches none.
+
+    >>> class S:
+    ...     def __init__(self, stem): self.stem = stem
+    >>> [s.stem for s in selected([S("ray-job.sample"), S("ray-cluster.sample")], ["ray-job.*"])]
+    ['ray-job.sample']
+    """
+    if not only:
+        return list(samples)
+    for pattern in only:
+        if not any(fnmatch.fnmatchcase(s.stem, pattern) for s in samples):
+            raise ValueError(f"--only {pattern!r} matches no sample")
+    return [s for s in samples if any(fnmatch.fnmatchcase(s.stem, p) for p in only)]
+
+
+def output_path(out_dir: pathlib.Path, sample: Sample) -> pathlib.Path:
+    """Where a sample's document goes: ``<out>/<stem>.json``, a RayJob's in
+    ``<out>/rayjob/`` (:data:`RAYJOB_SUBDIR`)."""
+    folder = out_dir / RAYJOB_SUBDIR if sample.kind == "RayJob" else out_dir
+    return folder / f"{sample.stem}.json"
+
+
+def run(peer: Peer, out_dir: pathlib.Path, only: Sequence[str] = ()) -> None:
     bin_dir = pathlib.Path(last_line([str(ROOT / "hack/controlplane/build.sh")]))
     gateway_crds = pathlib.Path(last_line([str(ROOT / "hack/gatewayapi/install.sh")]))
-    samples = load_samples(peer)
+    samples = selected(load_samples(peer), only)
     started = time.monotonic()
     documents: dict[str, dict[str, Any]] = {}
     for served in (False, True):
@@ -848,9 +1032,10 @@ def run(peer: Peer, out_dir: pathlib.Path) -> None:
         if batch:
             done = record(peer, bin_dir, gateway_crds, batch, served=served)
             documents.update(zip((s.stem for s in batch), done, strict=True))
-    out_dir.mkdir(parents=True, exist_ok=True)
     for sample in samples:
-        (out_dir / f"{sample.stem}.json").write_text(render(documents[sample.stem]))
+        path = output_path(out_dir, sample)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(documents[sample.stem]))
     log(f"wrote {len(documents)} files to {out_dir} in {time.monotonic() - started:.0f}s")
 
 
@@ -876,9 +1061,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "($KUBERAY_SAMPLES; default: the module's samples)")  # fmt: skip
     parser.add_argument("--out", type=pathlib.Path,
                         help="output directory (default testdata/kuberay-<version>)")  # fmt: skip
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
+                        help="record only the samples whose file name without .yaml matches "
+                             "(repeatable; default: all)")  # fmt: skip
     args = parser.parse_args(argv)
     peer = Peer(args.kuberay_version, args.kuberay_bin, args.kuberay_crds, args.kuberay_samples)
-    run(peer, args.out or TESTDATA / f"kuberay-{peer.version}")
+    out = args.out or TESTDATA / f"kuberay-{peer.version}"
+    run(peer, out, args.only)
     return 0
 
 
