@@ -13,7 +13,7 @@ a. ``K8sJobMode``, Ray's job ``RUNNING`` (20 s long) under KubeRay's submitter J
    makes no second RayCluster, no second submitter Job and **no second submission**
    (the simulator counts one ``POST /api/jobs/``), keeps KubeRay's ``jobId``,
    ``rayClusterName`` and ``startTime``, takes the job to ``Complete`` / ``SUCCEEDED``
-   and deletes the cluster (``shutdownAfterJobFinishes``, TTL 0).
+   and deletes the cluster (``shutdownAfterJobFinishes``, TTL 5 s from ours' ``endTime``).
 b. ``HTTPMode``, KubeRay having POSTed the job itself: ours asks Ray and never POSTs.
 c. ``Initializing``, KubeRay's cluster not ready (its head pod held by a scheduling gate
    the test removes once ours runs): ours goes on with KubeRay's cluster and submission
@@ -29,6 +29,7 @@ the pod IP)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import pathlib
 import time
@@ -53,6 +54,8 @@ CRD_DIR = ROOT / "config/crd/bases"
 KUBERAY_SH = "hack/peers/kuberay.sh"
 LONG = "python pi.py raysim.run_s=20"
 """A Ray job that runs 20 s: KubeRay is stopped and ours started while it runs."""
+TTL = 5
+"""``ttlSecondsAfterFinished`` of scenario a: its head pod is read once the job is Complete."""
 HOLD = "test.rayservice.dev/hold"
 """The scheduling gate that keeps KubeRay's head pod Pending (scenario c)."""
 
@@ -227,7 +230,10 @@ async def test_k8s_job_mode_running_job_is_adopted_not_resubmitted(
     observer: h.Observer,
 ) -> None:
     handed = await _running_under_kuberay(
-        client, namespace, kuberay, {"shutdownAfterJobFinishes": True}
+        client,
+        namespace,
+        kuberay,
+        {"shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": TTL},
     )
     status = handed["status"]
     job_id, cluster = status["jobId"], status["rayClusterName"]
@@ -242,7 +248,6 @@ async def test_k8s_job_mode_running_job_is_adopted_not_resubmitted(
     async with j.manager_running(control_plane, namespace):
         done = await j.wait_state(client, namespace, "Complete", within=60)
         took = time.monotonic() - started
-        assert await j.ray_status(control_plane, ip, job_id) == "SUCCEEDED"
         after = done["status"]
         assert (after["jobId"], after["rayClusterName"]) == (job_id, cluster)
         assert after["startTime"] == status["startTime"]  # the same attempt, not a new one
@@ -253,11 +258,13 @@ async def test_k8s_job_mode_running_job_is_adopted_not_resubmitted(
         assert kept is not None
         assert kept["metadata"]["uid"] == job["metadata"]["uid"]  # KubeRay's Job, not a new one
         assert (kept.get("status") or {}).get("succeeded") == 1
-        now_head = await head_pod(client, namespace, cluster)
+        now_head = await head_pod(client, namespace, cluster)  # the cluster's TTL runs
         assert now_head["metadata"]["uid"] == head["metadata"]["uid"]  # the job's head kept
         await helpers.eventually(
             lambda: cluster in observer.deleted_at, 30, "the cluster deleted after the job"
         )
+        ended = datetime.datetime.fromisoformat(after["endTime"]).timestamp()
+        assert observer.deleted_at[cluster] >= ended + TTL - 1  # endTime has whole seconds
         assert observer.clusters_seen == [cluster]
         await deleted_by_ours(client, namespace)
     figures("K8sJobMode hand-over (Running)", sim, job_id, observer, took)
