@@ -106,6 +106,17 @@ _REFUSED_WHY = {
 }
 
 
+def _empty(value: Any) -> bool:
+    """Nothing but empty objects, lists and nulls: what Go's typed encoding writes for a
+    zero ``status`` (``{loadBalancer: {}}``) when KubeRay writes a RayJob or RayCluster
+    back. A template's status means nothing; an empty one is accepted, any other refused."""
+    if isinstance(value, Mapping):
+        return all(_empty(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_empty(v) for v in value)
+    return value is None
+
+
 def service_template_problems(where: str, template: Any) -> list[str]:
     """Why a Service template at ``where`` (e.g. ``headGroupSpec.headService``) is refused.
 
@@ -117,7 +128,11 @@ def service_template_problems(where: str, template: Any) -> list[str]:
     """
     if not isinstance(template, Mapping):
         return [f"{where} must be a Service, got {type(template).__name__}"]
-    found = [f"{where}.{key} is not allowed" for key in sorted(set(template) - _TEMPLATE_KEYS)]
+    found = [
+        f"{where}.{key} is not allowed"
+        for key in sorted(set(template) - _TEMPLATE_KEYS)
+        if not (key == "status" and _empty(template[key]))
+    ]
     metadata = template.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         found.append(f"{where}.metadata must be an object")

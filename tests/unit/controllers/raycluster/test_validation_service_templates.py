@@ -49,10 +49,12 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"spec": {"clusterIP": "198.19.0.9"}}, "spec.clusterIP '198.19.0.9'"),
     ({"spec": {"ports": [{"name": "x", "port": 1, "hostPort": 2}]}}, "ports[0].hostPort"),
     ({"metadata": {"ownerReferences": []}}, "metadata.ownerReferences is not allowed"),
-    ({"status": {}}, ".status is not allowed"),
+    ({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}}, ".status is not allowed"),
 ]
 
 ALLOWED: list[dict[str, Any]] = [
+    # a zero status, as KubeRay's Go encoding writes it back into a RayJob or RayCluster
+    {"spec": {"type": "ClusterIP"}, "status": {"loadBalancer": {}}},
     {"metadata": {"labels": {"a": "b"}, "annotations": {"c": "d"}}, "spec": {"type": "NodePort"}},
     {
         "spec": {

@@ -30,7 +30,9 @@ empty values are absent, quantities compare by value). Every remaining differenc
 fails with a readable field-by-field diff. The objects the RayCluster controller made for
 these clusters (pods, the cluster's head Service) get the RayCluster golden checks of
 ``tests/unit/controllers/raycluster/test_pods_match_kuberay.py``, run here on these files.
-A known bug of ours (not a deliberate difference) is a strict ``xfail``: :data:`KNOWN_BUG`.
+A RayJob or RayCluster KubeRay wrote back (Go's typed encoding adds ``status:
+{loadBalancer: {}}`` to a custom ``headGroupSpec.headService``) is valid here: the
+custom-head-Service sample's validation is asked like every other's.
 """
 
 from __future__ import annotations
@@ -85,16 +87,6 @@ DIFFERENCES = {
     ),
 }
 """Every difference this test tolerates, by name, with its reason."""
-
-KNOWN_BUG = (
-    "KubeRay writes the RayJob back with Go's typed encoding (its finalizer update), which "
-    "adds 'status: {loadBalancer: {}}' (and 'spec: {}') to a custom "
-    "headGroupSpec.headService, and copies it into the RayCluster; our RayCluster "
-    "validation (controllers/raycluster/validation.py service_template_problems) refuses "
-    "'headGroupSpec.headService.status', so such a RayJob, and the RayCluster KubeRay made "
-    "for it, would be ValidationFailed / refused here after a hand-over from KubeRay"
-)
-"""Why the custom-head-Service sample is a strict ``xfail`` where our validation is asked."""
 
 
 # --- what the API server adds while decoding (DIFFERENCES["api-defaults"]) -------------------
@@ -211,13 +203,6 @@ FILE_PARAMS = FILES or [DATA / "missing.json"]
 K8S_JOB_FILES = [p for p in FILES if k8s_job_mode(p)] or [DATA / "missing.json"]
 
 
-def _known_bug(path: pathlib.Path) -> Any:
-    marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUG)]
-    return (
-        pytest.param(path, id=path.stem, marks=marks) if path.stem == CUSTOM_HEAD_SERVICE else path
-    )
-
-
 # --- the tests -------------------------------------------------------------------------------
 
 
@@ -287,7 +272,7 @@ def test_head_service_equals_kuberays(path: pathlib.Path) -> None:
     assert_same(theirs, ours)
 
 
-@pytest.mark.parametrize("path", [_known_bug(p) for p in FILE_PARAMS], ids=_ids)
+@pytest.mark.parametrize("path", FILE_PARAMS, ids=_ids)
 def test_kuberays_rayjobs_are_valid_here(path: pathlib.Path) -> None:
     """KubeRay ran each of these RayJobs as it stored them, so we must accept them too."""
     assert validation.problems(the_rayjob(load(path))) == []
@@ -306,14 +291,7 @@ each taking one recording's path. ``pods`` first asks our RayCluster validation.
 @pytest.mark.parametrize(
     ("check", "path"),
     [
-        pytest.param(
-            check,
-            path,
-            id=f"{check}-{path.stem}",
-            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUG)]
-            if (check, path.stem) == ("pods", CUSTOM_HEAD_SERVICE)
-            else [],
-        )
+        pytest.param(check, path, id=f"{check}-{path.stem}")
         for check in RAYCLUSTER_CHECKS
         for path in FILE_PARAMS
     ],
