@@ -14,7 +14,8 @@ look again. :func:`finalize` plans a RayJob being deleted (:class:`Finalize`).
 **One step per plan, and the step's ids first.** ``New`` -> ``Initializing`` writes only
 the status - the submission id, the cluster's name and the attempt's start - and the
 next step, planned on the RayJob as written, creates what they name; so an operator
-killed between two writes never creates a second cluster or submits a job twice (KubeRay's rule, kept).
+killed between two writes never creates a second cluster or submits a job twice
+(KubeRay's rule, kept).
 A step that needs no event from outside asks to be looked at again at once
 (:data:`IMMEDIATE`) instead of KubeRay's 3 s; the reconciler then plans the next step in
 the same pass, on the RayJob its writes left (``CHAINED_STEPS``).
@@ -28,7 +29,8 @@ not as KubeRay" below):
 - ``Initializing``: ``spec.suspend`` -> ``Suspending``; a deadline passed -> ``Failed``
   (``DeadlineExceeded``, ``PreRunningDeadlineExceeded``); the cluster created when
   missing (with ``clusterSelector``: a Warning ``RayClusterNotFound`` and a look again);
-  its status copied while it is not ``ready``; once ready and its head Service found,
+  its status copied while it is not ``ready`` (when its ``state`` or ``reason`` changes:
+  see below); once ready and its head Service found,
   ``dashboardURL`` is set and the job goes to ``Waiting`` (``InteractiveMode``), or to
   ``Running`` (with the submitter Job created, ``K8sJobMode``).
 - ``Waiting``: the pre-running deadline; ``spec.jobId`` set -> ``Running``.
@@ -68,6 +70,10 @@ not as KubeRay" below):
   their next deletion rule only. A pass woken between two polls (the cluster's status,
   the submitter's pod) does not ask Ray (:func:`poll_at`; the snapshot's ``next_poll``)
   and writes nothing new, so Ray's passing states are written at most once per poll.
+- ``rayClusterStatus`` is not a live mirror: while the cluster comes up it is copied when
+  the cluster's ``state`` or ``reason`` changes (not on each condition or replica count:
+  KubeRay writes the RayJob for each), then at the transition to ``Running`` and at each
+  poll.
 - ``HTTPMode``: Ray answering that the submission id exists already is a submission that
   succeeded (a pass killed after its POST), not a failure.
 """
@@ -449,9 +455,17 @@ class _Step:
         except ValueError:
             return None
 
-    def copy_cluster_status(self) -> None:
-        if self.s.cluster is not None and self.s.cluster.get("status"):
-            self.status["rayClusterStatus"] = copy.deepcopy(dict(self.s.cluster["status"]))
+    def copy_cluster_status(self, *, on_state_change: bool = False) -> None:
+        """``rayClusterStatus`` from the cluster; ``on_state_change``: only when its
+        ``state`` or ``reason`` differs from the copy's (a cluster still coming up)."""
+        if self.s.cluster is None or not self.s.cluster.get("status"):
+            return
+        found = self.s.cluster["status"]
+        if on_state_change:
+            copied = self.status.get("rayClusterStatus") or {}
+            if all(found.get(key) == copied.get(key) for key in ("state", "reason")):
+                return
+        self.status["rayClusterStatus"] = copy.deepcopy(dict(found))
 
     def ensure_cluster(self) -> bool:
         """The cluster exists (created now if it did not, unless selected); whether it did."""
@@ -542,7 +556,7 @@ class _Step:
         if not self.ensure_cluster():
             return
         if not self.cluster_ready() or self.s.head_service is None:
-            self.copy_cluster_status()
+            self.copy_cluster_status(on_state_change=True)
             if self.selector is not None:  # not ours, not watched
                 self.look_again(self.options.poll_interval)
             return

@@ -209,13 +209,22 @@ def test_initializing_missing_selected_cluster_warns_and_looks_again() -> None:
     assert p.requeue_after == OPTIONS.poll_interval
 
 
-def test_initializing_copies_the_status_of_a_cluster_not_ready() -> None:
+def test_initializing_copies_the_status_of_a_cluster_not_ready_when_its_state_changes() -> None:
     c = cluster(state=None)
-    c["status"] = {"readyWorkerReplicas": 1}
+    c["status"] = {"readyWorkerReplicas": 1, "conditions": [{"type": "HeadPodReady"}]}
     p = decide(snap(initializing(), cluster=c))
     assert p.status is not None
-    assert p.status["rayClusterStatus"] == {"readyWorkerReplicas": 1}
+    assert "rayClusterStatus" not in p.status, "a count or a condition alone: no write"
     assert p.status["jobDeploymentStatus"] == "Initializing"
+    c["status"] = {"state": "failed", "reason": "RayClusterPodsProvisioning"}
+    p = decide(snap(initializing(), cluster=c))
+    assert p.status is not None
+    assert p.status["rayClusterStatus"] == c["status"]
+    copied = initializing(rayClusterStatus={"state": "failed", "reason": "x"})
+    c["status"] = {"state": "failed", "reason": "x", "desiredWorkerReplicas": 3}
+    p = decide(snap(copied, cluster=c))
+    assert p.status is not None
+    assert p.status["rayClusterStatus"] == {"state": "failed", "reason": "x"}
 
 
 def test_initializing_ready_cluster_without_head_service_waits() -> None:
