@@ -413,7 +413,7 @@ def start_operator(
         return compare.kuberay(args.kuberay_bin, kubeconfig, work)
     return _common.Manager.ours(kubeconfig, work, [
         "--use-kubernetes-proxy", "--log-level", "info", "--log-format", "json",
-        "--leader-elect=false",
+        "--leader-elect=false", *args.ours_flag,
     ])  # fmt: skip
 
 
@@ -637,13 +637,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds to all Complete; default 120 + 1.5 s per job")  # fmt: skip
     parser.add_argument("--kuberay-version", default=DEFAULT_KUBERAY,
-                        help=f"the KubeRay peer (default {DEFAULT_KUBERAY}; v1.7.0 is not "
-                        "on the Go module proxy here)")  # fmt: skip
+                        help=f"the KubeRay peer (default {DEFAULT_KUBERAY}, from the Go module "
+                        "proxy; v1.7.0 with --kuberay-bin, built from its source by "
+                        "hack/peers/kuberay.sh)")  # fmt: skip
     parser.add_argument(
         "--kuberay-bin",
         type=pathlib.Path,
         default=None,
         help="default: hack/peers/kuberay.sh's cached binary",
+    )
+    parser.add_argument(
+        "--ours-flag",
+        action="append",
+        default=[],
+        help="one more flag for rayservice-manager (repeatable; e.g. --ours-flag=--qps=0)",
     )
     parser.add_argument(
         "--bin-dir",
