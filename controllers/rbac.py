@@ -143,7 +143,7 @@ with merge patches, deleted) and the head and serve services, labels the head po
 (``ray.io/serve``, a merge patch), counts serve endpoints from EndpointSlices, and
 keeps a finalizer on the RayService (``update`` on it). With token authentication it
 reads the cluster's token Secret (``<cluster>``, or the user's ``authOptions.secretName``)
-by ``get`` (:mod:`controllers.rayservice.tokens`)."""
+by ``get`` (:mod:`controllers.ray.tokens`)."""
 
 RAYJOB: tuple[Rule, ...] = (
     Rule("ray.io", "rayjobs", f"{_READ} update delete"),

@@ -52,7 +52,7 @@ def cache_by_resource() -> dict[resources.Resource, cache.ByResource]:
       Service's labels (the EndpointSlice controller copies them) and are read by
       ``kubernetes.io/service-name``, whose values are not known in advance.
     - **Secrets**: none. KubeRay caches every Secret of the cluster; here the token
-      Secrets are read by name with GET (:mod:`controllers.rayservice.tokens`, the
+      Secrets are read by name with GET (:mod:`controllers.ray.tokens`, the
       RayCluster controller's look before it creates one), so the operator's token needs
       no ``list``/``watch`` on Secrets (:mod:`controllers.rbac`) and its memory holds no
       credential it was not asked for.

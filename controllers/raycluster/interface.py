@@ -1,10 +1,13 @@
 """What another controller may know of a RayCluster: its kinds, names, labels, builders
 and readiness, and nothing of how the RayCluster reconciler works.
 
-The RayService controller reaches the RayCluster side only through this module
-(an import-linter contract in ``pyproject.toml`` forbids it every other module of
+The RayService and RayJob controllers reach the RayCluster side only through this module
+(an import-linter contract in ``pyproject.toml`` forbids them every other module of
 :mod:`controllers.raycluster`), so the RayCluster reconciler can change its insides
-without a RayService test noticing. Everything here is pure.
+without a RayService or RayJob test noticing. Everything here is pure. The functions
+whose names end in ``_of_model`` (and :func:`configure_token`, :func:`token_enabled`,
+:func:`k8s_token_enabled`) take the typed :class:`api.v1.RayCluster` a builder of a
+RayJob's cluster already holds; the others take the raw object.
 
 >>> head_service_name("demo"), pod_selector("demo")
 ('demo-head-svc', 'ray.io/cluster=demo')
@@ -22,6 +25,7 @@ from typing import Any
 from api import v1
 from controllers.raycluster import (
     auth,
+    containerenv,
     names,
     pods,
     redis_cleanup,
@@ -35,6 +39,8 @@ __all__ = [
     "CACHE_SELECTOR",
     "CLUSTER_LABEL",
     "CREATED_BY",
+    "CREATED_BY_LABEL",
+    "DEFAULT_NAMESPACE",
     "IDENTIFIER_LABEL",
     "JOBS",
     "JOB_CACHE_SELECTOR",
@@ -49,17 +55,27 @@ __all__ = [
     "SERVE_LABEL",
     "SERVE_PORT_NAME",
     "SERVICES",
+    "TOKEN_VOLUME",
     "auth_secret_name",
+    "configure_token",
+    "env_of",
+    "env_value",
+    "has_named",
     "has_serve_port",
     "head_service",
     "head_service_name",
+    "head_service_name_of_model",
+    "head_service_of_model",
     "identifier",
     "is_head",
     "is_running_and_ready",
+    "k8s_token_enabled",
+    "namespace_of_model",
     "pod_selector",
     "problems",
     "serve_ports",
     "service_template_problems",
+    "token_enabled",
 ]
 
 PODS = pods.PODS
@@ -78,11 +94,23 @@ SERVE_PORT_NAME = names.SERVE_PORT_NAME
 ORIGINATED_FROM_NAME_LABEL = names.ORIGINATED_FROM_NAME_LABEL
 ORIGINATED_FROM_CRD_LABEL = names.ORIGINATED_FROM_CRD_LABEL
 CREATED_BY = names.CREATED_BY
+CREATED_BY_LABEL = names.CREATED_BY_LABEL
+DEFAULT_NAMESPACE = names.DEFAULT_NAMESPACE
+TOKEN_VOLUME = auth.TOKEN_VOLUME
 MANAGED_BY = names.MANAGED_BY
 MAX_CLUSTER_NAME_LENGTH = names.MAX_CLUSTER_NAME_LENGTH
 KUBERAY_VERSION = pods.KUBERAY_VERSION
 
 head_service_name = names.head_service_name
+head_service_name_of_model = names.head_service_name_for
+namespace_of_model = names.namespace_of
+head_service_of_model = services.head_service
+token_enabled = auth.token_enabled
+k8s_token_enabled = auth.k8s_enabled
+configure_token = auth.configure_container
+env_of = containerenv.of
+env_value = containerenv.value
+has_named = containerenv.has
 has_serve_port = names.has_serve_port
 identifier = names.identifier
 problems = validation.problems

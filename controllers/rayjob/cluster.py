@@ -12,9 +12,10 @@
   recreated: the job would be submitted again). The sidecar's ``RAY_DASHBOARD_ADDRESS``
   is empty, as in KubeRay: the cluster is made before its dashboard URL is known.
 - :func:`head_service` (``BuildHeadServiceForRayJob``): the RayCluster's head Service as
-  the RayCluster controller builds it (:func:`controllers.raycluster.services.head_service`:
-  ports, selector of the cluster's head pod, type), renamed ``<rayjob>-head-svc`` in the
-  RayJob's namespace, its labels replaced by ``ray.io/originated-from-cr-name``,
+  the RayCluster controller builds it
+  (:func:`controllers.raycluster.interface.head_service_of_model`: ports, selector of
+  the cluster's head pod, type), renamed ``<rayjob>-head-svc`` in the RayJob's
+  namespace, its labels replaced by ``ray.io/originated-from-cr-name``,
   ``ray.io/originated-from-crd: RayJob``, ``ray.io/node-type: head`` and
   ``ray.io/identifier: <rayjob>-head``, controlled by the RayJob. It follows the cluster
   of the current attempt (the selector's ``ray.io/cluster``), so users keep one address.
@@ -44,8 +45,7 @@ from typing import Any
 
 from api import v1
 from api.v1 import rayjob as api
-from controllers.raycluster import names as cluster_names
-from controllers.raycluster import services
+from controllers.raycluster import interface as raycluster
 from controllers.rayjob import names, submitter
 
 __all__ = ["dashboard_url", "head_service", "ray_cluster"]
@@ -96,15 +96,15 @@ def ray_cluster(
 def head_service(job: v1.RayJob, cluster: v1.RayCluster) -> dict[str, Any]:
     """``<rayjob>-head-svc`` for ``cluster`` (module docstring; :class:`ValueError`: the
     cluster's head template has no container)."""
-    service = services.head_service(cluster)
+    service = raycluster.head_service_of_model(cluster)
     metadata = service["metadata"]
     metadata["name"] = names.head_service_name(job)
     metadata["namespace"] = names.namespace_of(job)
     metadata["labels"] = {
         names.ORIGINATED_FROM_NAME_LABEL: names.name_of(job),
         names.ORIGINATED_FROM_CRD_LABEL: names.CRD,
-        cluster_names.NODE_TYPE_LABEL: "head",
-        cluster_names.IDENTIFIER_LABEL: cluster_names.identifier(names.name_of(job), "head"),
+        raycluster.NODE_TYPE_LABEL: "head",
+        raycluster.IDENTIFIER_LABEL: raycluster.identifier(names.name_of(job), "head"),
     }
     metadata["ownerReferences"] = [names.owner_reference(job)]
     return service
@@ -116,8 +116,8 @@ def dashboard_url(
     """``host:port`` of the dashboard behind the cluster's head Service ``head_service_obj``
     (as read from the API); :class:`ValueError` when it has no port named ``dashboard``."""
     meta = head_service_obj.get("metadata") or {}
-    name = meta.get("name") or cluster_names.head_service_name_for(cluster)
-    namespace = meta.get("namespace") or cluster_names.namespace_of(cluster)
+    name = meta.get("name") or raycluster.head_service_name_of_model(cluster)
+    namespace = meta.get("namespace") or raycluster.namespace_of_model(cluster)
     for port in (head_service_obj.get("spec") or {}).get("ports") or ():
         if isinstance(port, Mapping) and port.get("name") == "dashboard":
             return f"{name}.{namespace}.svc.{cluster_domain}:{port.get('port')}"

@@ -31,7 +31,7 @@ import random
 from typing import Any
 
 from api import v1
-from controllers.raycluster import names as cluster_names
+from controllers.raycluster import interface as raycluster
 
 __all__ = [
     "CLUSTER_SELECTOR_KEY",
@@ -63,17 +63,17 @@ __all__ = [
 
 FINALIZER = "ray.io/rayjob-finalizer"
 """Added on the first pass; the Ray job is stopped before it is removed."""
-ORIGINATED_FROM_NAME_LABEL = cluster_names.ORIGINATED_FROM_NAME_LABEL
+ORIGINATED_FROM_NAME_LABEL = raycluster.ORIGINATED_FROM_NAME_LABEL
 """``ray.io/originated-from-cr-name``: the RayJob's name, on its cluster, Job and Service."""
-ORIGINATED_FROM_CRD_LABEL = cluster_names.ORIGINATED_FROM_CRD_LABEL
+ORIGINATED_FROM_CRD_LABEL = raycluster.ORIGINATED_FROM_CRD_LABEL
 """``ray.io/originated-from-crd``: :data:`CRD`."""
 CRD = "RayJob"
 """The value of :data:`ORIGINATED_FROM_CRD_LABEL`."""
 SUBMISSION_MODE_LABEL = "ray.io/job-submission-mode"
 """On the RayCluster: the RayJob's ``submissionMode``."""
-CREATED_BY_LABEL = cluster_names.CREATED_BY_LABEL
+CREATED_BY_LABEL = raycluster.CREATED_BY_LABEL
 """``app.kubernetes.io/created-by``, on the submitter Job and its pods."""
-CREATED_BY = cluster_names.CREATED_BY
+CREATED_BY = raycluster.CREATED_BY
 """``kuberay-operator``, KubeRay's value, as the RayCluster side writes it (KubeRay's
 cache only sees Jobs carrying it, so a Job made here is KubeRay's after a hand-over)."""
 CRONJOB_NAME_LABEL = "ray.io/cronjob-name"
@@ -82,11 +82,11 @@ CRONJOB_SCHEDULED_TIMESTAMP_ANNOTATION = "ray.io/cronjob-scheduled-timestamp"
 """On a RayJob a RayCronJob made: its scheduled tick, UTC RFC 3339."""
 DISABLE_PROVISIONED_HEAD_RESTART_ANNOTATION = "ray.io/disable-provisioned-head-restart"
 """On a ``SidecarMode`` RayJob's cluster (``"true"``): a deleted head pod is not recreated."""
-CLUSTER_SELECTOR_KEY = cluster_names.CLUSTER_LABEL
+CLUSTER_SELECTOR_KEY = raycluster.CLUSTER_LABEL
 """``ray.io/cluster``: the only ``clusterSelector`` key read, the existing cluster's name."""
 SUBMITTER_CONTAINER = "ray-job-submitter"
 """The submitter container's name (the Job's default one, the sidecar)."""
-MAX_NAME_LENGTH = cluster_names.MAX_CLUSTER_NAME_LENGTH - 6
+MAX_NAME_LENGTH = raycluster.MAX_CLUSTER_NAME_LENGTH - 6
 """47: ``<rayjob>-<5 characters>`` must be a RayCluster name (at most 53)."""
 MAX_CRONJOB_NAME_LENGTH = MAX_NAME_LENGTH - 11
 """36: ``<raycronjob>-<unix minutes>`` (10 digits) must be a RayJob name."""
@@ -102,7 +102,7 @@ def name_of(job: v1.RayJob) -> str:
 
 def namespace_of(job: v1.RayJob) -> str:
     """The RayJob's namespace (``default`` when the object carries none, as in tests)."""
-    return str(job.metadata.get("namespace") or cluster_names.DEFAULT_NAMESPACE)
+    return str(job.metadata.get("namespace") or raycluster.DEFAULT_NAMESPACE)
 
 
 def random_suffix(rng: random.Random) -> str:
@@ -139,7 +139,7 @@ def job_id(job: v1.RayJob, suffix: str) -> str:
 
 def head_service_name(job: v1.RayJob) -> str:
     """``<rayjob>-head-svc``: the RayJob's own head Service."""
-    return cluster_names.head_service_name(name_of(job))
+    return raycluster.head_service_name(name_of(job))
 
 
 def submitter_job_name(job: v1.RayJob) -> str:

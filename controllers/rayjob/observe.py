@@ -3,7 +3,7 @@
 
 It writes nothing. It reads the cache - and, in ``Running`` only, asks the cluster's
 dashboard about the job (one ``GET /api/jobs/<id>``; the token Secret, with token
-authentication, by GET through :class:`controllers.rayservice.tokens.Tokens`' memory).
+authentication, by GET through :class:`controllers.ray.tokens.Tokens`' memory).
 What it reads depends on the state:
 
 - always: the RayJob validated (its model, then
@@ -34,11 +34,11 @@ import pydantic
 import api.v1 as v1
 from api.v1 import rayjob as rayjob_
 from controllers.ray import dashboard
+from controllers.ray import tokens as tokens_
 from controllers.raycluster import interface as raycluster
 from controllers.rayjob import names, validation
 from controllers.rayjob import plan as plan_
 from controllers.rayjob import snapshot as snapshot_
-from controllers.rayservice import tokens as tokens_
 from runtime.cache import cache as cache_
 from runtime.client import errors
 

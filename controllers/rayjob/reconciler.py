@@ -34,10 +34,9 @@ from typing import Any, Protocol
 import structlog
 
 import api.v1 as v1
-from controllers.ray import dashboard
+from controllers.ray import dashboard, tokens
 from controllers.rayjob import act, names, observe
 from controllers.rayjob import plan as plan_
-from controllers.rayservice import tokens
 from runtime import events, reconcile
 from runtime import status as runtime_status
 from runtime.cache import cache as cache_

@@ -44,7 +44,7 @@ definition, the operator's). With the cluster's token auth (``authOptions.mode: 
 it gets ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from the cluster's token Secret, or
 with Kubernetes token auth ``RAY_ENABLE_K8S_TOKEN_AUTH=true`` and the ``ray-token`` mount
 instead of the token, each only where the container does not set it
-(:func:`controllers.raycluster.auth.configure_container`); the pod gets the projected
+(:func:`controllers.raycluster.interface.configure_token`); the pod gets the projected
 ``ray-token`` volume whenever Kubernetes token auth is on.
 
 **The sidecar** (:func:`sidecar_container`, ``SidecarMode``): the same default container,
@@ -78,7 +78,7 @@ from typing import Any
 from api import v1
 from api.v1 import rayjob as rayjob_api
 from controllers.ray import serveconfig
-from controllers.raycluster import auth, containerenv
+from controllers.raycluster import interface as raycluster
 from controllers.rayjob import names
 
 __all__ = [
@@ -400,12 +400,12 @@ def _configure(
     if always or not container.get("command"):
         container["command"] = cmd
         container["args"] = args
-    env = containerenv.of(container)
-    env.append(containerenv.value("PYTHONUNBUFFERED", "1"))
-    env.append(containerenv.value("RAY_DASHBOARD_ADDRESS", rayjob.status.dashboard_url or ""))
-    env.append(containerenv.value("RAY_JOB_SUBMISSION_ID", rayjob.status.job_id or ""))
-    if auth.token_enabled(cluster.spec):
-        auth.configure_container(cluster, container)
+    env = raycluster.env_of(container)
+    env.append(raycluster.env_value("PYTHONUNBUFFERED", "1"))
+    env.append(raycluster.env_value("RAY_DASHBOARD_ADDRESS", rayjob.status.dashboard_url or ""))
+    env.append(raycluster.env_value("RAY_JOB_SUBMISSION_ID", rayjob.status.job_id or ""))
+    if raycluster.token_enabled(cluster.spec):
+        raycluster.configure_token(cluster, container)
 
 
 def sidecar_container(
@@ -470,13 +470,13 @@ def job(
         login_shell=login_shell,
         always=False,
     )
-    if auth.k8s_enabled(cluster.spec):
+    if raycluster.k8s_token_enabled(cluster.spec):
         volumes = pod.get("volumes")
         if not isinstance(volumes, list):
             volumes = pod["volumes"] = []
-        if not containerenv.has(volumes, auth.TOKEN_VOLUME):
+        if not raycluster.has_named(volumes, raycluster.TOKEN_VOLUME):
             projected = {"sources": [{"serviceAccountToken": {"path": "token"}}]}
-            volumes.append({"name": auth.TOKEN_VOLUME, "projected": projected})
+            volumes.append({"name": raycluster.TOKEN_VOLUME, "projected": projected})
     metadata = template.get("metadata")
     if not isinstance(metadata, dict):
         metadata = template["metadata"] = {}

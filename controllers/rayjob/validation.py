@@ -80,7 +80,7 @@ from typing import Any, Literal
 from api import v1
 from api.v1 import raycronjob
 from api.v1 import rayjob as api
-from controllers.raycluster import validation as cluster_validation
+from controllers.raycluster import interface as raycluster
 from controllers.rayjob import cron, names, submitter
 
 __all__ = [
@@ -314,7 +314,7 @@ def _cluster_problems(job: v1.RayJob) -> list[str]:
         },
         spec=spec,
     )
-    found += [f"spec.rayClusterSpec: {p}" for p in cluster_validation.problems(cluster)]
+    found += [f"spec.rayClusterSpec: {p}" for p in raycluster.problems(cluster)]
     return found
 
 

@@ -14,7 +14,7 @@ One pass is observe -> plan -> act (docs/architecture.md, 2.7b, tells it once):
 - :mod:`controllers.rayservice.act` makes the writes;
 - :mod:`controllers.rayservice.reconciler` runs the pass and the lifecycle;
   :mod:`controllers.rayservice.setup` wires it to a manager;
-  :mod:`controllers.rayservice.validation` and :mod:`~controllers.rayservice.tokens`
+  :mod:`controllers.rayservice.validation` and :mod:`controllers.ray.tokens`
   serve both.
 
 Importing this package imports nothing else.

@@ -25,7 +25,7 @@ Ray dashboard. It writes nothing. What it found is:
   modes its head Service must be controlled by the cluster, not an ``ExternalName``,
   and select the cluster's head pod; otherwise nothing is sent and the view's
   ``failure`` says why. With token authentication (``authOptions.mode: token``) every
-  dashboard request carries the cluster's token (:mod:`controllers.rayservice.tokens`);
+  dashboard request carries the cluster's token (:mod:`controllers.ray.tokens`);
   a token that cannot be read is the view's ``failure``, and nothing is sent. The Serve
   proxy's ``/-/healthz`` takes no token (Ray does not guard its Serve proxy);
 - ``NewClusterWithIncrementalUpgrade`` (with the gate on): the Gateway and the HTTPRoute
@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import api.v1 as v1
-from controllers.ray import dashboard, serveconfig
+from controllers.ray import dashboard, serveconfig, tokens
 from controllers.raycluster import interface as raycluster
 from controllers.rayservice import (
     clusters,
@@ -53,7 +53,6 @@ from controllers.rayservice import (
     roles,
     services,
     serving,
-    tokens,
     validation,
 )
 from controllers.rayservice import snapshot as snapshot_

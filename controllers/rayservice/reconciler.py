@@ -58,9 +58,9 @@ import structlog
 
 import api.v1 as v1
 from controllers import statuswriter
-from controllers.ray import dashboard
+from controllers.ray import dashboard, tokens
 from controllers.raycluster import interface as raycluster
-from controllers.rayservice import act, clusters, gateway, observe, report, tokens
+from controllers.rayservice import act, clusters, gateway, observe, report
 from controllers.rayservice import plan as plan_
 from runtime import events, objects
 from runtime import reconcile as reconcile_

@@ -26,12 +26,12 @@ import yaml
 from aiohttp import web
 
 import api.v1 as v1
-from controllers.ray import dashboard
+from controllers.ray import dashboard, tokens
 from controllers.raycluster import reconciler as raycluster_reconciler
 from controllers.raycronjob import reconciler as raycronjob_reconciler
 from controllers.rayjob import plan
 from controllers.rayjob import reconciler as rayjob_reconciler
-from controllers.rayservice import gateway, tokens
+from controllers.rayservice import gateway
 from runtime import clock, delegatedauth, reconcile
 from runtime.client import resources
 from tests.unit import helpers

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from controllers.ray import dashboard
+from controllers.ray import dashboard, tokens
 from controllers.rayservice import reconciler as reconciler_
-from controllers.rayservice import tokens
 from runtime.client import resources
 from tests.unit.controllers.rayservice import scenario
 from tests.unit.controllers.rayservice import test_observe_dashboard_target as target

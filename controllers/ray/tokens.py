@@ -1,4 +1,4 @@
-"""The Ray auth token a RayService's dashboard requests carry (``authOptions.mode: token``).
+"""The Ray auth token a dashboard request carries (``authOptions.mode: token``).
 
 A cluster with token authentication refuses dashboard requests without its token (Ray
 answers 401, or 403 for a wrong one), so the Serve config could be neither read nor
