@@ -197,6 +197,10 @@ class Options:
     extra_apiserver_flags: Sequence[str] = ()
     """Appended to kube-apiserver's command line. Default none."""
 
+    extra_controller_manager_flags: Sequence[str] = ()
+    """Appended to kube-controller-manager's command line (e.g. ``--kube-api-qps=200``:
+    its default 20 requests a second bound how fast Jobs complete). Default none."""
+
 
 class _Process:
     """One component: its own process group, its output in a log file."""
@@ -487,6 +491,7 @@ class ControlPlane:
                         f"--secure-port={ports[0]}",
                         "--bind-address=127.0.0.1",
                         "--concurrent-gc-syncs=5",
+                        *opts.extra_controller_manager_flags,
                     ],
                     healthz_ready("kube-controller-manager"),
                 )
