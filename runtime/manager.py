@@ -5,11 +5,13 @@ is ``<name>-leader``, its Events' source ``<name>``, and a client that has no na
 its own gets this one (:meth:`runtime.client.Client.default_name`: field manager
 ``<name>``), unless the options say otherwise.
 
-A :class:`Manager` owns the client, the cache, the event recorder and a set
-of **runnables** - anything with ``async def start(stop: asyncio.Event)`` that
-blocks until ``stop`` is set (a :class:`~runtime.controller.Controller` is
-one). A runnable whose ``needs_leader_election`` attribute is true (the
-default for controllers) runs only on the elected leader.
+A :class:`Manager` owns the client, the cache, the event recorder (sending through a
+client of its own, :attr:`Manager.events_client`: same credentials, its own token
+bucket, as client-go's event broadcaster) and a set of **runnables** - anything
+with ``async def start(stop: asyncio.Event)`` that blocks until ``stop`` is set (a
+:class:`~runtime.controller.Controller` is one). A runnable whose
+``needs_leader_election`` attribute is true (the default for controllers) runs only on
+the elected leader.
 
 :meth:`Manager.start` order:
 
@@ -68,7 +70,7 @@ import ssl
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import prometheus_client
 import structlog
@@ -293,7 +295,14 @@ class Manager:
             namespaces=self.options.namespaces,
             by_resource=self.options.cache_by_resource,
         )
-        self.events = events.Recorder(client, self.options.component, options=self.options.events)
+        self.events_client: client_.Client = self._sibling_client()
+        """The client Events are sent with: the manager's credentials, options and kinds,
+        but its own connections and token bucket (as client-go's event broadcaster has a
+        client of its own), so that Events never take the controllers' rate limit. A
+        stand-in that is not a :class:`runtime.client.Client` (a fake) is used as is."""
+        self.events = events.Recorder(
+            self.events_client, self.options.component, options=self.options.events
+        )
         self._recorders: dict[str, events.Recorder] = {self.options.component: self.events}
         self.elector: leaderelection.LeaderElector | None = None
         """The leader elector, once :meth:`start` got to leader election."""
@@ -329,7 +338,7 @@ class Manager:
         found = self._recorders.get(component)
         if found is None:
             found = self._recorders[component] = events.Recorder(
-                self.client, component, options=self.options.events
+                self.events_client, component, options=self.options.events
             )
             self.add(found)
         return found
@@ -491,6 +500,8 @@ class Manager:
         self._sites.clear()
         if self.review_client is not None and self.review_client is not self.client:
             await self.review_client.close()
+        if self.events_client is not self.client:
+            await self.events_client.close()
         for scratch in self._scratch:
             scratch.cleanup()
         self._scratch.clear()
@@ -565,12 +576,18 @@ class Manager:
         ``review_burst``), so that reviews a flood of tokens costs never take the
         controllers' rate limit nor queue before their requests. A stand-in that is not a
         :class:`runtime.client.Client` (a fake) answers the reviews itself."""
+        auth = self.options.metrics_auth
+        return self._sibling_client(qps=auth.review_qps, burst=auth.review_burst)
+
+    def _sibling_client(self, **options: Any) -> client_.Client:
+        """A client like the manager's (credentials, options with ``options`` replaced,
+        kinds) with its own connections and token bucket; the manager's own when it is a
+        stand-in (a fake)."""
         client = self.client
         if not isinstance(client, client_.Client):
             return client
-        auth = self.options.metrics_auth
-        options = dataclasses.replace(client.options, qps=auth.review_qps, burst=auth.review_burst)
-        return client_.Client(client.configuration, options=options, registry=client.registry)
+        replaced = dataclasses.replace(client.options, **options)
+        return client_.Client(client.configuration, options=replaced, registry=client.registry)
 
     async def _metrics_tls(self) -> ssl.SSLContext:
         """The metrics server's TLS context: ``metrics_ssl_context`` as given; else the

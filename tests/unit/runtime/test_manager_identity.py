@@ -72,3 +72,24 @@ def test_two_operators_get_two_leases_and_two_field_managers() -> None:
 def test_a_fake_client_is_accepted_without_an_identity() -> None:
     mgr = manager.Manager(fake.FakeClient(), manager.Options(name="mirror"))  # type: ignore[arg-type]
     assert mgr.events.component == "mirror"
+
+
+async def test_events_go_through_a_client_of_their_own_with_the_same_identity() -> None:
+    options = client_.Options(qps=7, burst=9)
+    client = client_.Client(kubeconfig.Credentials(host="https://127.0.0.1:1"), options=options)
+    mgr = manager.Manager(client, manager.Options(name="mirror"))
+    events_client = mgr.events_client
+    assert events_client is not client, "Events must not spend the controllers' token bucket"
+    assert events_client._bucket is not client._bucket
+    assert (events_client.options.qps, events_client.options.burst) == (7, 9)
+    assert client_.identity(events_client.options) == client_.identity(client.options)
+    assert events_client.registry is client.registry
+    assert mgr.events.client is events_client
+    assert mgr.recorder("mirror-jobs").client is events_client
+    await events_client.close()
+
+
+def test_a_stand_in_client_sends_the_events_itself() -> None:
+    client = fake.FakeClient()
+    mgr = manager.Manager(client, manager.Options(name="mirror"))  # type: ignore[arg-type]
+    assert mgr.events_client is client
