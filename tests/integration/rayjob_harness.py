@@ -15,7 +15,10 @@
   the Job;
 - :class:`Clock`: the time the RayCronJob controller reads, moved by the test;
 - readers: :func:`wait_job`, :func:`events_of`, :func:`status_writes` (from the API
-  server's ``/metrics``), :func:`submissions` (from the simulator's Jobs API counts).
+  server's ``/metrics``), :func:`submissions` (from the simulator's Jobs API counts);
+- the fixtures the RayJob test modules share (:func:`crds`, :func:`sim`,
+  :func:`ray_kinds`, :func:`running`, :func:`submitter`, :func:`observer`), taken by
+  naming them at a module's top level.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
+import pytest
 
 import api.v1 as v1
 import controllers.setup
@@ -430,3 +434,55 @@ async def ray_status(cp: controlplane.ControlPlane, ip: str, job_id: str) -> str
                 return str((await response.json(content_type=None)).get("status"))
         except (aiohttp.ClientError, TimeoutError):
             return None
+
+
+# -- the fixtures every RayJob test module takes ---------------------------------------------
+# A module takes them by naming them at its top level (pytest finds fixtures there), e.g.
+# ``crds, sim, ray_kinds, running, observer = j.crds, j.sim, j.ray_kinds, j.running,
+# j.observer``; one that needs another simulator defines its own ``sim``.
+
+CRD_DIR = helpers.ROOT / "config/crd/bases"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def crds(control_plane: controlplane.ControlPlane) -> list[str]:
+    """Our CRDs (RayCluster, RayJob, RayCronJob, RayService), once per module."""
+    return control_plane.install_crds(CRD_DIR)
+
+
+@pytest.fixture(scope="module")
+def sim(control_plane: controlplane.ControlPlane) -> Iterator[raysim.Simulator]:
+    """The Ray simulator: jobs ``PENDING`` 0.3 s, ``RUNNING`` 1 s."""
+    with raysim.running(control_plane, job_pending_s=0.3, job_run_s=1.0) as simulator:
+        yield simulator
+
+
+@pytest.fixture(autouse=True)
+def ray_kinds(client: client_.Client) -> None:
+    """The test's client knows the ``ray.io`` kinds."""
+    v1.add_to_registry(client.registry)
+
+
+@pytest.fixture
+async def running(
+    control_plane: controlplane.ControlPlane, namespace: str, sim: raysim.Simulator
+) -> AsyncIterator[h.Running]:
+    """A manager (:func:`manager_running`) on the test's namespace."""
+    async with manager_running(control_plane, namespace) as r:
+        yield r
+
+
+@pytest.fixture
+async def submitter(
+    control_plane: controlplane.ControlPlane, client: client_.Client, namespace: str
+) -> AsyncIterator[Submitter]:
+    """The submitter pods of the test's namespace, played (:class:`Submitter`)."""
+    async with Submitter(control_plane, client, namespace) as s:
+        yield s
+
+
+@pytest.fixture
+async def observer(client: client_.Client, namespace: str) -> AsyncIterator[h.Observer]:
+    """What is written in the test's namespace (:class:`rayservice_harness.Observer`)."""
+    async with h.Observer(client, namespace) as o:
+        yield o

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import pathlib
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -24,48 +22,19 @@ from tests.integration import rayjob_harness as j
 from tests.integration import rayservice_harness as h
 from tests.support import raysim
 
-ROOT = pathlib.Path(__file__).parents[2]
-CRD_DIR = ROOT / "config/crd/bases"
 QUIET_S = 3.0
 """Seconds a finished RayJob is watched for status writes."""
 
 
-@pytest.fixture(scope="module", autouse=True)
-def crds(control_plane: controlplane.ControlPlane) -> list[str]:
-    return control_plane.install_crds(CRD_DIR)
-
-
-@pytest.fixture(scope="module")
-def sim(control_plane: controlplane.ControlPlane) -> Iterator[raysim.Simulator]:
-    with raysim.running(control_plane, job_pending_s=0.3, job_run_s=1.0) as simulator:
-        yield simulator
-
-
-@pytest.fixture(autouse=True)
-def ray_kinds(client: client_.Client) -> None:
-    v1.add_to_registry(client.registry)
-
-
-@pytest.fixture
-async def running(
-    control_plane: controlplane.ControlPlane, namespace: str, sim: raysim.Simulator
-) -> AsyncIterator[h.Running]:
-    async with j.manager_running(control_plane, namespace) as r:
-        yield r
-
-
-@pytest.fixture
-async def submitter(
-    control_plane: controlplane.ControlPlane, client: client_.Client, namespace: str
-) -> AsyncIterator[j.Submitter]:
-    async with j.Submitter(control_plane, client, namespace) as s:
-        yield s
-
-
-@pytest.fixture
-async def observer(client: client_.Client, namespace: str) -> AsyncIterator[h.Observer]:
-    async with h.Observer(client, namespace) as o:
-        yield o
+# The shared RayJob fixtures (tests/integration/rayjob_harness.py).
+crds, sim, ray_kinds, running, submitter, observer = (
+    j.crds,
+    j.sim,
+    j.ray_kinds,
+    j.running,
+    j.submitter,
+    j.observer,
+)
 
 
 async def submitter_job(client: client_.Client, namespace: str, name: str = "pi") -> h.Obj | None:

@@ -49,8 +49,6 @@ from tests.integration import rayjob_harness as j
 from tests.integration import rayservice_harness as h
 from tests.support import raysim, tools
 
-ROOT = pathlib.Path(__file__).parents[2]
-CRD_DIR = ROOT / "config/crd/bases"
 KUBERAY_SH = "hack/peers/kuberay.sh"
 LONG = "python pi.py raysim.run_s=20"
 """A Ray job that runs 20 s: KubeRay is stopped and ours started while it runs."""
@@ -60,20 +58,14 @@ HOLD = "test.rayservice.dev/hold"
 """The scheduling gate that keeps KubeRay's head pod Pending (scenario c)."""
 
 
-@pytest.fixture(scope="module", autouse=True)
-def crds(control_plane: controlplane.ControlPlane) -> list[str]:
-    return control_plane.install_crds(CRD_DIR)  # a superset of KubeRay v1.5.0's
+# The shared RayJob fixtures (tests/integration/rayjob_harness.py).
+crds, ray_kinds, submitter, observer = j.crds, j.ray_kinds, j.submitter, j.observer
 
 
 @pytest.fixture(scope="module")
 def sim(control_plane: controlplane.ControlPlane) -> Iterator[raysim.Simulator]:
     with raysim.running(control_plane, job_pending_s=0.3, job_run_s=2.0) as simulator:
         yield simulator
-
-
-@pytest.fixture(autouse=True)
-def ray_kinds(client: client_.Client) -> None:
-    v1.add_to_registry(client.registry)
 
 
 @pytest.fixture(scope="module")
@@ -137,20 +129,6 @@ async def kuberay(
         yield started
     finally:
         started.stop()
-
-
-@pytest.fixture
-async def submitter(
-    control_plane: controlplane.ControlPlane, client: client_.Client, namespace: str
-) -> AsyncIterator[j.Submitter]:
-    async with j.Submitter(control_plane, client, namespace) as s:
-        yield s
-
-
-@pytest.fixture
-async def observer(client: client_.Client, namespace: str) -> AsyncIterator[h.Observer]:
-    async with h.Observer(client, namespace) as o:
-        yield o
 
 
 # -- reading -------------------------------------------------------------------------------

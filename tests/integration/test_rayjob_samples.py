@@ -113,7 +113,7 @@ import pathlib
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -144,7 +144,6 @@ Obj = dict[str, Any]
 
 SAMPLES_ENV = "KUBERAY_RAYJOB_SAMPLES"
 """A directory of ``ray-job.*.yaml`` to run instead of KubeRay v1.5.0's module's."""
-CRD_DIR = helpers.ROOT / "config/crd/bases"
 NODES = resources.Resource("", "v1", "Node", "nodes", namespaced=False)
 SKIPPED = {
     ("scheduling.volcano.sh/v1beta1", "Queue"): "Volcano's CRD is not installed (see the "
@@ -346,15 +345,8 @@ class World:
     tasks: dict[str, asyncio.Task[str]] = dataclasses.field(default_factory=dict)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def crds(control_plane: controlplane.ControlPlane) -> list[str]:
-    return control_plane.install_crds(CRD_DIR)
-
-
-@pytest.fixture(scope="module")
-def sim(control_plane: controlplane.ControlPlane) -> Iterator[raysim.Simulator]:
-    with raysim.running(control_plane, job_pending_s=0.3, job_run_s=1.0) as simulator:
-        yield simulator
+# The shared RayJob fixtures (tests/integration/rayjob_harness.py).
+crds, sim = j.crds, j.sim
 
 
 async def start_manager(cp: controlplane.ControlPlane, namespaces: Sequence[str]) -> h.Running:

@@ -34,7 +34,7 @@ import contextlib
 import dataclasses
 import datetime
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -49,7 +49,6 @@ from tests.integration import rayjob_harness as j
 from tests.integration import rayservice_harness as h
 from tests.support import raysim
 
-CRD_DIR = helpers.ROOT / "config/crd/bases"
 SIDECAR = "ray-job-submitter"
 SIDECAR_ADDRESS = "http://127.0.0.1:8265"
 """Where the sidecar reaches its own head's dashboard (KubeRay's ``127.0.0.1:<port>``)."""
@@ -59,34 +58,8 @@ SEEN_WITHIN = j.PLAN.poll_max_submitter + PASS_S
 """The bound on the time from the container's end to the RayJob showing it."""
 
 
-@pytest.fixture(scope="module", autouse=True)
-def crds(control_plane: controlplane.ControlPlane) -> list[str]:
-    return control_plane.install_crds(CRD_DIR)
-
-
-@pytest.fixture(scope="module")
-def sim(control_plane: controlplane.ControlPlane) -> Iterator[raysim.Simulator]:
-    with raysim.running(control_plane, job_pending_s=0.3, job_run_s=1.0) as simulator:
-        yield simulator
-
-
-@pytest.fixture(autouse=True)
-def ray_kinds(client: client_.Client) -> None:
-    v1.add_to_registry(client.registry)
-
-
-@pytest.fixture
-async def running(
-    control_plane: controlplane.ControlPlane, namespace: str, sim: raysim.Simulator
-) -> AsyncIterator[h.Running]:
-    async with j.manager_running(control_plane, namespace) as r:
-        yield r
-
-
-@pytest.fixture
-async def observer(client: client_.Client, namespace: str) -> AsyncIterator[h.Observer]:
-    async with h.Observer(client, namespace) as o:
-        yield o
+# The shared RayJob fixtures (tests/integration/rayjob_harness.py).
+crds, sim, ray_kinds, running, observer = j.crds, j.sim, j.ray_kinds, j.running, j.observer
 
 
 # -- the sidecar, played -------------------------------------------------------------------
