@@ -112,6 +112,7 @@ __all__ = [
     "Submit",
     "Update",
     "finalize",
+    "has_submitter",
     "plan",
     "poll_at",
 ]
@@ -316,11 +317,34 @@ def poll_at(
     """
     if last_poll is None or s.job is None:
         return None
-    step = _Step(s=s, job=s.job, now=now, options=options, status=dict(s.obj.get("status") or {}))
-    if step.submitter_finished()[0] is not None:
+    if _submitter_finished(s, s.job, now, options)[0] is not None:
         return None
-    due = last_poll + datetime.timedelta(seconds=_poll_interval(s.job, step.status, now, options))
+    status = s.obj.get("status") or {}
+    due = last_poll + datetime.timedelta(seconds=_poll_interval(s.job, status, now, options))
     return due if due > now else None
+
+
+def has_submitter(job: v1.RayJob) -> bool:
+    """Whether ``job``'s mode has a submitter whose end moves it on (``K8sJobMode``'s Job,
+    ``SidecarMode``'s container)."""
+    return _mode(job) in (Mode.K8S_JOB, Mode.SIDECAR)
+
+
+def _mode(job: v1.RayJob) -> str:
+    return job.spec.submission_mode or Mode.K8S_JOB.value
+
+
+def _submitter_finished(
+    s: snapshot_.Snapshot, job: v1.RayJob, now: datetime.datetime, options: Options
+) -> tuple[datetime.datetime | None, bool]:
+    """When the submitter finished (None: it runs, or there is none) and whether it
+    failed."""
+    mode = _mode(job)
+    if mode == Mode.K8S_JOB:
+        return _job_finished(s.submitter, now)
+    if mode == Mode.SIDECAR:
+        return _sidecar_finished(s.head_pods, now, restart=options.sidecar_restart)
+    return None, False
 
 
 def _poll_interval(
@@ -328,9 +352,7 @@ def _poll_interval(
 ) -> float:
     started = clock.parse_rfc3339(status.get("startTime")) or now
     age = (now - started).total_seconds()
-    mode = job.spec.submission_mode or Mode.K8S_JOB.value
-    with_submitter = mode in (Mode.K8S_JOB, Mode.SIDECAR)
-    ceiling = options.poll_max_submitter if with_submitter else options.poll_max
+    ceiling = options.poll_max_submitter if has_submitter(job) else options.poll_max
     return min(ceiling, max(options.poll_interval, age / 10))
 
 
@@ -385,7 +407,7 @@ class _Step:
 
     @property
     def mode(self) -> str:
-        return self.job.spec.submission_mode or Mode.K8S_JOB.value
+        return _mode(self.job)
 
     @property
     def selector(self) -> str | None:
@@ -498,18 +520,10 @@ class _Step:
         return cluster is not None and (cluster.get("status") or {}).get("state") == "ready"
 
     def has_submitter(self) -> bool:
-        return self.mode in (Mode.K8S_JOB, Mode.SIDECAR)
+        return has_submitter(self.job)
 
     def submitter_finished(self) -> tuple[datetime.datetime | None, bool]:
-        """When the submitter finished (None: it runs, or there is none) and whether it
-        failed."""
-        if self.mode == Mode.K8S_JOB:
-            return _job_finished(self.s.submitter, self.now)
-        if self.mode == Mode.SIDECAR:
-            return _sidecar_finished(
-                self.s.head_pods, self.now, restart=self.options.sidecar_restart
-            )
-        return None, False
+        return _submitter_finished(self.s, self.job, self.now, self.options)
 
     # -- the states -----------------------------------------------------------------------
 

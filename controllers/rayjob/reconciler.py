@@ -177,15 +177,10 @@ class Reconciler:
             return
         before = (obj.get("status") or {}).get("jobDeploymentStatus")
         job = seen.snapshot.job
-        mode = (job.spec.submission_mode if job is not None else None) or _K8S_JOB
-        started_submitter = before != decided.state and mode in (_K8S_JOB, _SIDECAR)
+        started_submitter = before != decided.state and job is not None and plan_.has_submitter(job)
         if seen.snapshot.dashboard is not None or started_submitter:
             job_id = (decided.status or obj.get("status") or {}).get("jobId")
             self.polls[key] = (obj["metadata"].get("uid"), job_id, now)
-
-
-_K8S_JOB = v1.rayjob.SubmissionMode.K8S_JOB.value
-_SIDECAR = v1.rayjob.SubmissionMode.SIDECAR.value
 
 
 def _has_finalizer(obj: Mapping[str, Any]) -> bool:
