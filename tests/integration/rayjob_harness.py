@@ -344,6 +344,15 @@ async def get_job(client: client_.Client, namespace: str, name: str = "pi") -> O
     return await client.get(v1.RAYJOBS, namespace, name)
 
 
+async def job_gone(client: client_.Client, namespace: str, name: str = "pi") -> bool:
+    """Whether the RayJob ``namespace/name`` is gone (for :func:`helpers.eventually`)."""
+    try:
+        await get_job(client, namespace, name)
+    except errors.NotFound:
+        return True
+    return False
+
+
 def state(obj: Mapping[str, Any]) -> str:
     return str((obj.get("status") or {}).get("jobDeploymentStatus") or "")
 

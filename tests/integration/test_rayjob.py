@@ -246,14 +246,7 @@ async def test_deletion_rules_delete_workers_then_the_cluster_then_the_rayjob(
     await helpers.eventually(lambda: cluster in observer.deleted_at, 30, "the cluster deleted")
     assert observer.deleted_at[cluster] >= ended + 3 - 1  # endTime has whole seconds
 
-    async def rayjob_gone() -> bool:
-        try:
-            await j.get_job(client, namespace)
-        except errors.NotFound:
-            return True
-        return False
-
-    await helpers.eventually(rayjob_gone, 30, "the RayJob deleted")
+    await helpers.eventually(lambda: j.job_gone(client, namespace), 30, "the RayJob deleted")
     assert len(observer.clusters_seen) == 1
 
 
@@ -301,14 +294,7 @@ async def test_deleting_a_running_rayjob_stops_its_ray_job(
     # the cluster once the finalizer was dropped (the stop request was counted above).
     assert await j.ray_status(control_plane, ip, job_id) in ("STOPPED", None)
 
-    async def gone() -> bool:
-        try:
-            await j.get_job(client, namespace)
-        except errors.NotFound:
-            return True
-        return False
-
-    await helpers.eventually(gone, 30, "the RayJob gone")
+    await helpers.eventually(lambda: j.job_gone(client, namespace), 30, "the RayJob gone")
     assert j.stops(sim, job_id) == 1
 
 

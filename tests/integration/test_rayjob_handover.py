@@ -159,14 +159,11 @@ async def deleted_by_ours(client: client_.Client, namespace: str) -> None:
     assert obj["metadata"].get("finalizers") == [j.FINALIZER], obj["metadata"]
     await client.delete(v1.RAYJOBS, namespace, "pi")
 
-    async def gone() -> bool:
-        try:
-            await j.get_job(client, namespace)
-        except errors.NotFound:
-            return True
-        return False
-
-    await helpers.eventually(gone, 30, "the RayJob deleted (its finalizer removed by ours)")
+    await helpers.eventually(
+        lambda: j.job_gone(client, namespace),
+        30,
+        "the RayJob deleted (its finalizer removed by ours)",
+    )
 
 
 def figures(
