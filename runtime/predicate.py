@@ -34,7 +34,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runtime.cache import informer
@@ -55,23 +55,6 @@ __all__ = [
 Predicate = Callable[[informer.Event], bool]
 
 
-def _meta_changed(field: str) -> Predicate:
-    def changed(event: informer.Event) -> bool:
-        if event.type != "update" or event.old is None:
-            return True
-        old: Any = event.old["metadata"].get(field)
-        return bool(old != event.obj["metadata"].get(field))
-
-    changed.__name__ = f"{field}_changed"
-    return changed
-
-
-generation_changed: Predicate = _meta_changed("generation")
-resource_version_changed: Predicate = _meta_changed("resourceVersion")
-label_changed: Predicate = _meta_changed("labels")
-annotation_changed: Predicate = _meta_changed("annotations")
-
-
 def field_changed(*path: str) -> Predicate:
     """Updates whose value at ``path`` (keys from the object's root) differs; creates and
     deletes pass. A key missing on the way is ``None``."""
@@ -80,7 +63,7 @@ def field_changed(*path: str) -> Predicate:
 
     def at(obj: Any) -> Any:
         for key in path:
-            if not isinstance(obj, dict):
+            if not isinstance(obj, Mapping):
                 return None
             obj = obj.get(key)
         return obj
@@ -92,6 +75,18 @@ def field_changed(*path: str) -> Predicate:
 
     changed.__name__ = f"{'.'.join(path)}_changed"
     return changed
+
+
+def _meta_changed(field: str) -> Predicate:
+    changed = field_changed("metadata", field)
+    changed.__name__ = f"{field}_changed"
+    return changed
+
+
+generation_changed: Predicate = _meta_changed("generation")
+resource_version_changed: Predicate = _meta_changed("resourceVersion")
+label_changed: Predicate = _meta_changed("labels")
+annotation_changed: Predicate = _meta_changed("annotations")
 
 
 def and_(*predicates: Predicate) -> Predicate:
