@@ -8,6 +8,8 @@
   loopback, from your binaries or envtest's ``$KUBEBUILDER_ASSETS``.
 - :mod:`runtime.testing.runner`: a :class:`~runtime.manager.Manager` running in the
   background of a test (``async with running(manager)``), its logs recorded.
+- :mod:`runtime.testing.waiting`: :func:`eventually`, a probe polled until it answers,
+  failing with its last reason (also ``runtime.testing.eventually``).
 - :mod:`runtime.testing.pytest_plugin`: pytest fixtures for all of the above
   (``kube_control_plane``, ``kube_namespace``, ``kube_client``, ``fake_kube_client``,
   ``kube_manager``), loaded through the ``pytest11`` entry point.
@@ -16,4 +18,8 @@ Submodules are imported explicitly (``from runtime.testing import clock``); this
 package imports nothing heavy on its own.
 """
 
-__all__: list[str] = []
+from runtime.testing import waiting
+
+__all__ = ["eventually"]
+
+eventually = waiting.eventually

@@ -4,7 +4,6 @@ as its own process, its last line read."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import pathlib
@@ -15,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from runtime.client import resources
+from runtime.testing import waiting
 
 T = TypeVar("T")
 
@@ -60,18 +60,9 @@ async def eventually(
     within: float = 30.0,
     what: str = "condition",
 ) -> T:
-    """Call ``check()`` (awaiting it if it is async) until it returns something truthy;
-    fail after ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {within} s (last value: {value!r})")
-        await asyncio.sleep(0.1)
+    """The kit's :func:`runtime.testing.eventually` (``check()`` until it is truthy;
+    its assertions and NotFound are "not yet"), polled every 0.1 s for ``within`` s."""
+    return await waiting.eventually(check, within=within, interval=0.1, what=what)
 
 
 def eventually_sync(check: Callable[[], T | None], within: float = 30.0, what: str = "it") -> T:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib.util
 import json
@@ -16,6 +15,7 @@ from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
 from runtime.client import client as client_
+from runtime.testing import waiting
 
 T = TypeVar("T")
 ROOT = pathlib.Path(__file__).parents[2]
@@ -28,19 +28,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def eventually(
     condition: Callable[[], T | None], within: float = 5.0, what: str = "the condition"
 ) -> T:
-    """Wait (real time, polling every millisecond) until ``condition()`` is truthy and
-    return its value; fail the test if it is not within ``within`` seconds. For what
-    takes real time or only needs the loop to turn; the fakes offer exact waits where
-    one exists (``FakeClient.delivered``, ``Controller.wait_idle``)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        value = condition()
-        if value:
-            return value
-        if loop.time() >= deadline:
-            raise AssertionError(f"{what} not met within {within} s (last value: {value!r})")
-        await asyncio.sleep(0.001)
+    """The kit's :func:`runtime.testing.eventually`, polled every millisecond (real time)
+    for ``within`` seconds. For what takes real time or only needs the loop to turn; the
+    fakes offer exact waits where one exists (``FakeClient.delivered``,
+    ``Controller.wait_idle``)."""
+    return await waiting.eventually(condition, within=within, interval=0.001, what=what)
 
 
 @contextlib.asynccontextmanager
