@@ -37,6 +37,15 @@ Fixtures:
   :class:`runtime.ManagerOptions` field (``namespace=None`` for all
   namespaces), ``leader=`` and ``up_timeout=`` go to the runner.
 
+**asyncio mode.** With pytest-asyncio installed and no mode chosen by the project
+(neither ``asyncio_mode`` in its configuration nor ``--asyncio-mode``), the plugin
+sets pytest-asyncio's ``auto`` mode: every ``async def`` test and fixture runs on
+the event loop without a marker, which is how the kit's fixtures and examples are
+written. (pytest-asyncio's own default, ``strict``, would skip or fail an unmarked
+``async def`` test and refuse an async fixture not declared with
+``pytest_asyncio.fixture``.) A project that chose a mode keeps it; the header of the
+run says which applies (``runtime.testing: asyncio_mode=auto ...``).
+
 When a test fails (in set-up, call or teardown), the log of every manager it
 ran through ``kube_manager`` is added to its report, one section
 ``Captured manager log (<n>)`` per manager (shown with pytest's captured
@@ -48,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import secrets
+import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any, Protocol
 
@@ -98,6 +108,41 @@ def _async_fixture(fn: Callable[..., Any]) -> Any:
     missing.__name__ = fn.__name__
     missing.__doc__ = fn.__doc__
     return pytest.fixture(missing)
+
+
+def _mode_chosen(config: pytest.Config) -> bool:
+    """Whether the project chose pytest-asyncio's mode: the option, ``-o``, or its ini."""
+    if config.getoption("asyncio_mode", None) is not None:
+        return True
+    overrides = getattr(config.option, "override_ini", None) or ()
+    if any(str(o).partition("=")[0].strip() == "asyncio_mode" for o in overrides):
+        return True
+    with warnings.catch_warnings():  # deprecated in pytest 9 (for reading values: we ask
+        warnings.simplefilter("ignore")  # only whether the project's ini has the key)
+        ini = getattr(config, "inicfg", None) or {}
+        return "asyncio_mode" in ini
+
+
+_AUTO = pytest.StashKey[bool]()
+"""Whether this plugin chose pytest-asyncio's ``auto`` mode for the run."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-asyncio's ``auto`` mode, unless the project chose one (module docstring)."""
+    if not config.pluginmanager.hasplugin("asyncio") or _mode_chosen(config):
+        return
+    config.option.asyncio_mode = "auto"
+    config.stash[_AUTO] = True
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if config.stash.get(_AUTO, False):
+        return (
+            "runtime.testing: asyncio_mode=auto (no mode configured; set asyncio_mode "
+            "to choose another)"
+        )
+    return None
 
 
 @pytest.fixture(scope="session")
