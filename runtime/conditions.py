@@ -13,9 +13,12 @@ A condition is a mapping with ``type``, ``status`` (``"True"``, ``"False"`` or
   ``status`` changes (a new reason or message keeps it), and a condition that had none
   gets ``now``;
 - :func:`make` builds a condition by that rule from the one it replaces, and
-  :func:`put` replaces (or appends) it in a list, in place, keeping the list's order
-  (``SetStatusCondition``); it returns whether anything but ``lastTransitionTime``'s
-  bookkeeping changed.
+  :func:`put` replaces (or appends) it in a list, in place, keeping the list's order;
+  :func:`set_condition` is the two in one call, as Go's ``SetStatusCondition``: both
+  return whether the list changed (setting what is there already changes nothing, so
+  the status writer has nothing to write);
+- :func:`remove` drops a type (``RemoveStatusCondition``); :func:`is_false` is
+  ``IsStatusConditionFalse`` (absent is neither true nor false).
 
 Times are RFC 3339 strings (:func:`runtime.clock.rfc3339`); nothing here reads a clock.
 
@@ -29,6 +32,10 @@ True
 True
 >>> is_true({"status": {"conditions": old}}, "Ready"), old[0]["lastTransitionTime"]
 (True, 't2')
+>>> set_condition(old, "Ready", "True", "Ready", "", generation=1, now="t3")  # the same
+False
+>>> remove(old, "Ready"), old
+(True, [])
 """
 
 from __future__ import annotations
@@ -36,7 +43,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["find", "is_true", "make", "of", "put", "transition_time"]
+__all__ = [
+    "find",
+    "is_false",
+    "is_true",
+    "make",
+    "of",
+    "put",
+    "remove",
+    "set_condition",
+    "transition_time",
+]
 
 C = TypeVar("C")
 
@@ -73,6 +90,18 @@ def is_true(obj: Mapping[str, Any] | None, type_: str) -> bool:
     """
     found = of(obj, type_)
     return found is not None and found.get("status") == "True"
+
+
+def is_false(obj: Mapping[str, Any] | None, type_: str) -> bool:
+    """Whether a raw object has condition ``type_`` with status ``"False"``.
+
+    >>> is_false({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "Ready")
+    True
+    >>> is_false({}, "Ready")
+    False
+    """
+    found = of(obj, type_)
+    return found is not None and found.get("status") == "False"
 
 
 def transition_time(previous: Mapping[str, Any] | None, status: str, now: str) -> str:
@@ -126,3 +155,40 @@ def put(conditions: list[dict[str, Any]], condition: Mapping[str, Any]) -> bool:
             return True
     conditions.append(new)
     return True
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    *,
+    generation: int,
+    now: str,
+) -> bool:
+    """Set condition ``type_`` in ``conditions``, in place: :func:`make` from the one it
+    replaces, then :func:`put`; whether the list changed.
+
+    >>> conditions: list[dict[str, Any]] = []
+    >>> set_condition(conditions, "Ready", "False", "Starting", "", generation=1, now="t0")
+    True
+    >>> set_condition(conditions, "Ready", "False", "Starting", "", generation=1, now="t1")
+    False
+    >>> conditions[0]["lastTransitionTime"]
+    't0'
+    """
+    previous = find(conditions, type_)
+    condition = make(
+        type_, status, reason, message, generation=generation, now=now, previous=previous
+    )
+    return put(conditions, condition)
+
+
+def remove(conditions: list[dict[str, Any]], type_: str) -> bool:
+    """Drop the condition of ``type_`` from ``conditions``, in place; whether there was one."""
+    for index, current in enumerate(conditions):
+        if _type_of(current) == type_:
+            del conditions[index]
+            return True
+    return False

@@ -66,3 +66,31 @@ def test_make_writes_plain_strings() -> None:
 
     made = conditions.make("Ready", "True", Reason("Ready"), "", generation=1, now="t")
     assert type(made["reason"]) is str
+
+
+def test_set_condition_is_make_then_put_and_says_whether_the_list_changed() -> None:
+    listed = [{"type": "A", "status": "True", "reason": "x", "message": "",
+               "lastTransitionTime": "t0", "observedGeneration": 1}]  # fmt: skip
+    set_b = conditions.set_condition(listed, "B", "False", "Wait", "m", generation=1, now="t1")
+    assert set_b
+    assert [c["type"] for c in listed] == ["A", "B"]  # appended, order kept
+    # a new reason with the same status keeps the time; a status flip moves it
+    assert conditions.set_condition(listed, "A", "True", "y", "", generation=2, now="t2")
+    assert listed[0]["lastTransitionTime"] == "t0"
+    assert listed[0]["observedGeneration"] == 2
+    assert conditions.set_condition(listed, "A", "False", "y", "", generation=2, now="t3")
+    assert listed[0]["lastTransitionTime"] == "t3"
+    assert not conditions.set_condition(listed, "A", "False", "y", "", generation=2, now="t4")
+    assert listed[0]["lastTransitionTime"] == "t3"
+
+
+def test_remove_and_is_false() -> None:
+    listed = [{"type": "A", "status": "False"}, {"type": "B", "status": "Unknown"}]
+    obj = {"status": {"conditions": listed}}
+    assert conditions.is_false(obj, "A")
+    assert not conditions.is_false(obj, "B")
+    assert not conditions.is_false(obj, "C")
+    assert not conditions.is_true(obj, "C")
+    assert conditions.remove(listed, "A")
+    assert not conditions.remove(listed, "A")
+    assert listed == [{"type": "B", "status": "Unknown"}]
