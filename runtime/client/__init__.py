@@ -3,7 +3,9 @@
 - :mod:`runtime.client.client`: :class:`Client` (get, list, create, update, patch,
   delete, watch, status writes) and its :class:`Options`;
 - :mod:`runtime.client.errors`: :class:`NotFound`, :class:`Conflict`, :class:`Gone`, ...;
-- :mod:`runtime.client.resources`: where each kind is served (:class:`Resource`).
+- :mod:`runtime.client.resources`: where each kind is served: :class:`Resource` (spelled
+  ``runtime.client.Resource``), and :func:`~runtime.client.resources.builtin` for a
+  built-in kind by name (``runtime.client.builtin("ConfigMap")``).
 
 ``Client``, ``ListResult`` and ``Options`` load on first use (PEP 562): importing the
 errors or the resource table does not load aiohttp.
@@ -26,7 +28,7 @@ from runtime.client.errors import (
     ServerTimeout,
     TooManyRequests,
 )
-from runtime.client.resources import Resource
+from runtime.client.resources import Resource, builtin
 
 if TYPE_CHECKING:
     from runtime.client.client import Client, ListResult, Options
@@ -45,6 +47,7 @@ __all__ = [
     "Resource",
     "ServerTimeout",
     "TooManyRequests",
+    "builtin",
     "errors",
     "resources",
 ]

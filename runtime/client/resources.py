@@ -12,6 +12,13 @@ discovery with :meth:`runtime.client.Client.discover`).
 '/apis/example.com/v1/namespaces/ns/databases'
 >>> default_registry.for_kind("apps/v1", "Deployment").path()
 '/apis/apps/v1/deployments'
+
+A built-in kind is named shortest with :func:`builtin` (also ``runtime.client.builtin``):
+
+>>> builtin("ConfigMap") is default_registry.for_kind("v1", "ConfigMap")
+True
+>>> builtin("Deployment").path("ns")
+'/apis/apps/v1/namespaces/ns/deployments'
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["Registry", "Resource", "default_registry"]
+__all__ = ["Registry", "Resource", "builtin", "default_registry"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,7 +126,7 @@ class Registry:
         except KeyError:
             raise LookupError(
                 f"unknown kind {kind} in {api_version}: register it "
-                "(runtime.client.resources.Resource) or run discovery"
+                "(runtime.client.Resource) or run discovery"
             ) from None
 
     def for_object(self, obj: Mapping[str, Any]) -> Resource:
@@ -148,3 +155,28 @@ class Registry:
 
 default_registry = Registry(_BUILTIN)
 """Built-in kinds; copied into each client that is given no registry."""
+
+
+def builtin(kind: str, group: str | None = None) -> Resource:
+    """The built-in resource of ``kind`` (one of the kinds :data:`default_registry` starts
+    with). A kind served by two groups is the core group's unless ``group`` names the other,
+    as ``kubectl get events`` means the core ``v1`` Events:
+
+    >>> builtin("Event").api_version, builtin("Event", group="events.k8s.io").api_version
+    ('v1', 'events.k8s.io/v1')
+    >>> builtin("Widget")
+    Traceback (most recent call last):
+    ...
+    LookupError: Widget is no built-in kind (ClusterRole, ClusterRoleBinding, ConfigMap, \
+CustomResourceDefinition, Deployment, EndpointSlice, Endpoints, Event, Ingress, Job, Lease, \
+Namespace, Node, Pod, ReplicaSet, Role, RoleBinding, Secret, Service, ServiceAccount): \
+describe it with runtime.client.Resource(group, version, kind, plural)
+    """
+    found = [r for r in _BUILTIN if r.kind == kind and (group is None or r.group == group)]
+    if not found:
+        kinds = ", ".join(sorted({r.kind for r in _BUILTIN}))
+        raise LookupError(
+            f"{kind} is no built-in kind{f' in group {group!r}' if group is not None else ''} "
+            f"({kinds}): describe it with runtime.client.Resource(group, version, kind, plural)"
+        )
+    return min(found, key=lambda r: r.group != "")  # the core group first

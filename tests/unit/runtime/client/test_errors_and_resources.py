@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+import runtime
 from runtime.client import errors, resources
 
 
@@ -55,3 +56,25 @@ def test_unknown_kind_says_how_to_fix_it() -> None:
     assert registry.for_object({"apiVersion": "ray.io/v1", "kind": "RayService"}).plural == (
         "rayservices"
     )
+
+
+def test_builtin_names_each_built_in_kind_by_its_kind_alone() -> None:
+    for resource in resources._BUILTIN:
+        if resource.kind == "Event" and resource.group:
+            continue  # the one kind two groups serve: see below
+        assert resources.builtin(resource.kind) is resource
+        assert resources.builtin(resource.kind, group=resource.group) is resource
+    core = resources.default_registry.for_kind("v1", "Event")
+    assert resources.builtin("Event") is core, "kubectl's choice: the core group first"
+    assert resources.builtin("Event", group="events.k8s.io").api_version == "events.k8s.io/v1"
+    assert runtime.client.builtin is resources.builtin
+    assert runtime.client.Resource is resources.Resource
+
+
+def test_builtin_refuses_what_is_not_built_in_and_says_how_to_describe_it() -> None:
+    with pytest.raises(LookupError, match=r"^Widget is no built-in kind \(ClusterRole, "):
+        resources.builtin("Widget")
+    with pytest.raises(LookupError, match="Deployment is no built-in kind in group ''"):
+        resources.builtin("Deployment", group="")
+    with pytest.raises(LookupError, match=r"runtime\.client\.Resource\(group, version"):
+        resources.builtin("configmaps")  # a kind, not a plural
