@@ -1,10 +1,14 @@
 """The builder: wire a reconciler to the resources it cares about, in one readable chain.
 
->>> from runtime.client import resources
->>> DATABASES = resources.Resource("example.com", "v1", "Database", "databases")
->>> DEPLOYMENTS = resources.default_registry.for_kind("apps/v1", "Deployment")
+>>> from runtime import client
+>>> DATABASES = client.Resource("example.com", "v1", "Database", "databases")
+>>> DEPLOYMENTS = client.builtin("Deployment")
 >>> # Builder(manager).for_(DATABASES, predicates=[predicate.generation_changed])
 >>> #     .owns(DEPLOYMENTS).with_options(max_concurrent_reconciles=2).complete(reconciler)
+
+(``generation_changed`` suits a custom resource, whose spec moves its generation; a kind
+without a spec - ConfigMap, Secret - has no generation, and the predicate would drop
+every update of it: :mod:`runtime.predicate` says what to use instead.)
 
 - ``for_(resource)``: reconcile objects of this resource; each change enqueues
   the object itself (exactly one ``for_``).

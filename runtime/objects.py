@@ -122,8 +122,10 @@ def owner_reference(
 ) -> Obj:
     """A controller owner reference to ``owner`` (apimachinery's ``NewControllerRef``).
 
-    ``api_version`` and ``kind`` stand in when ``owner`` carries none (the items of a
-    list answer do not); :class:`ValueError` when neither says.
+    ``api_version`` and ``kind`` stand in when ``owner`` carries none (an object built
+    by hand, or the raw items of a list answer: :class:`runtime.client.Client` fills
+    them in on the items it returns, the API server does not); :class:`ValueError`
+    when neither says.
 
     >>> owner_reference({"metadata": {"name": "db", "uid": "u1"}},
     ...                 api_version="example.com/v1", kind="Database")["kind"]

@@ -7,6 +7,12 @@ predicates; they judge updates only:
 - :func:`generation_changed`: the spec changed (``metadata.generation`` moved).
   Status-only writes - including our own - do not trigger a reconcile. Beware:
   a status wiped by someone else then does not self-heal until the next event.
+  And only kinds with a spec have a generation (custom resources with a status
+  subresource, Deployments, Jobs...): a ConfigMap, Secret or Lease has none, so
+  this predicate drops **every** update of such a kind. It logs a warning (once per
+  kind) the first time it drops an update whose objects have no generation;
+  filter those kinds with :func:`resource_version_changed`, :func:`field_changed`
+  (``"data"``) or :func:`label_selector` instead.
 - :func:`resource_version_changed`: anything changed (drops resync no-ops).
 - :func:`label_changed`, :func:`annotation_changed`;
 - :func:`spec_or_metadata_changed`: any of the three above (what an object's own
@@ -15,6 +21,11 @@ predicates; they judge updates only:
 - :func:`field_changed`: the value at one path changed (a missing one is ``None``), for
   a controller that reads only part of what it watches - e.g. a child's
   ``status.conditions`` and not its progress counters.
+- :func:`label_selector`: objects whose labels match a selector (the cache's syntax,
+  :mod:`runtime.cache.selector`); an update passes when the old *or* the new object
+  matches, so an object that leaves the selector is seen leaving (its reconciler
+  can undo what it did for it), unlike controller-runtime's
+  ``LabelSelectorPredicate``, which looks at the new object only.
 - :func:`and_`, :func:`or_`, :func:`not_` combine them.
 
 >>> from runtime.cache.informer import Event
@@ -30,6 +41,11 @@ False
 False
 >>> finished(Event("update", {**new, "status": {"conditions": [{"type": "Complete"}]}}, old))
 True
+>>> mirrored = label_selector("mirror=true")
+>>> was = {"metadata": {"labels": {"mirror": "true"}}}
+>>> left = Event("update", {"metadata": {"labels": {}}}, was)
+>>> mirrored(left), mirrored(Event("add", {"metadata": {"labels": {"mirror": "no"}}}))
+(True, False)
 """
 
 from __future__ import annotations
@@ -37,7 +53,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import structlog
+
 from runtime.cache import informer
+from runtime.cache import selector as selector_
 
 __all__ = [
     "Predicate",
@@ -46,6 +65,7 @@ __all__ = [
     "field_changed",
     "generation_changed",
     "label_changed",
+    "label_selector",
     "not_",
     "or_",
     "resource_version_changed",
@@ -83,10 +103,57 @@ def _meta_changed(field: str) -> Predicate:
     return changed
 
 
-generation_changed: Predicate = _meta_changed("generation")
+_log = structlog.get_logger("runtime.predicate")
+_WARNED: set[tuple[object, object]] = set()
+"""The (apiVersion, kind)s :func:`generation_changed` has warned about."""
+
+
+def _generation_changed(event: informer.Event) -> bool:
+    if event.type != "update" or event.old is None:
+        return True
+    old, new = _meta(event.old).get("generation"), _meta(event.obj).get("generation")
+    if old is None and new is None:
+        kind = (event.obj.get("apiVersion"), event.obj.get("kind"))
+        if kind not in _WARNED:
+            _WARNED.add(kind)
+            _log.warning(
+                "generation_changed drops every update of this kind: its objects have no "
+                "metadata.generation; filter it with resource_version_changed, field_changed "
+                "or label_selector",
+                api_version=kind[0],
+                kind=kind[1],
+            )
+        return False
+    return bool(old != new)
+
+
+def _meta(obj: Any) -> Mapping[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta if isinstance(meta, Mapping) else {}
+
+
+generation_changed: Predicate = _generation_changed
+generation_changed.__name__ = "generation_changed"
 resource_version_changed: Predicate = _meta_changed("resourceVersion")
 label_changed: Predicate = _meta_changed("labels")
 annotation_changed: Predicate = _meta_changed("annotations")
+
+
+def label_selector(selector: str) -> Predicate:
+    """Events of objects whose labels match ``selector``; an update passes when the old or
+    the new object matches (see the module docstring). A malformed selector raises
+    :class:`ValueError` here, when the predicate is made."""
+    parsed = selector_.parse(selector)
+
+    def matches(obj: Any) -> bool:
+        labels = _meta(obj).get("labels")
+        return parsed.matches(labels if isinstance(labels, Mapping) else {})
+
+    def selected(event: informer.Event) -> bool:
+        return matches(event.obj) or (event.old is not None and matches(event.old))
+
+    selected.__name__ = f"label_selector({selector!r})"
+    return selected
 
 
 def and_(*predicates: Predicate) -> Predicate:

@@ -8,6 +8,7 @@ import doctest
 from typing import Any
 
 import pytest
+import structlog
 
 from runtime import predicate
 from runtime.cache.informer import Event
@@ -121,3 +122,41 @@ def test_field_changed_judges_updates_by_the_value_at_its_path() -> None:
     assert finished.__name__ == "status.conditions_changed"
     with pytest.raises(ValueError, match="needs a path"):
         predicate.field_changed()
+
+
+def configmap(rv: str, **labels: str) -> dict[str, Any]:
+    """A kind without a spec: no metadata.generation."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "resourceVersion": rv, "labels": labels}}  # fmt: skip
+
+
+def test_generation_changed_warns_once_per_kind_that_has_no_generation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(predicate, "_WARNED", set())
+    with structlog.testing.capture_logs() as logs:
+        for rv in ("2", "3", "4"):
+            assert not predicate.generation_changed(update(configmap("1"), configmap(rv)))
+        assert not predicate.generation_changed(update(meta(1, "5"), meta(1, "6")))  # has one
+        assert predicate.generation_changed(Event("add", configmap("1")))
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warnings) == 1, "once per kind, not per event"
+    assert warnings[0]["kind"] == "ConfigMap"
+    assert warnings[0]["api_version"] == "v1"
+    assert "drops every update" in warnings[0]["event"]
+
+
+def test_label_selector_passes_objects_entering_matching_and_leaving_the_selector() -> None:
+    mirrored = predicate.label_selector("mirror in (true,yes),!paused")
+    assert mirrored(Event("add", configmap("1", mirror="true")))
+    assert not mirrored(Event("add", configmap("1", mirror="no")))
+    assert mirrored(Event("delete", configmap("1", mirror="yes")))
+    entering = update(configmap("1"), configmap("2", mirror="true"))
+    leaving = update(configmap("1", mirror="true"), configmap("2", mirror="true", paused="1"))
+    outside = update(configmap("1", mirror="no"), configmap("2", mirror="no"))
+    assert mirrored(entering)
+    assert mirrored(leaving), "leaving is seen, so the reconciler can undo"
+    assert not mirrored(outside)
+    assert not mirrored(Event("add", {"metadata": {}}))  # no labels at all
+    with pytest.raises(ValueError, match="invalid label selector 'a,,b'"):
+        predicate.label_selector("a,,b")
