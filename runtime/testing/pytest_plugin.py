@@ -43,8 +43,10 @@ sets pytest-asyncio's ``auto`` mode: every ``async def`` test and fixture runs o
 the event loop without a marker, which is how the kit's fixtures and examples are
 written. (pytest-asyncio's own default, ``strict``, would skip or fail an unmarked
 ``async def`` test and refuse an async fixture not declared with
-``pytest_asyncio.fixture``.) A project that chose a mode keeps it; the header of the
-run says which applies (``runtime.testing: asyncio_mode=auto ...``).
+``pytest_asyncio.fixture``.) Likewise ``asyncio_default_fixture_loop_scope`` is
+``function`` when the project sets none (pytest-asyncio's coming default; unset, it
+warns on every run). A project that chose either keeps its choice; the header of
+the run says what the plugin chose (``runtime.testing: asyncio_mode=auto, ...``).
 
 When a test fails (in set-up, call or teardown), the log of every manager it
 ran through ``kube_manager`` is added to its report, one section
@@ -110,38 +112,49 @@ def _async_fixture(fn: Callable[..., Any]) -> Any:
     return pytest.fixture(missing)
 
 
-def _mode_chosen(config: pytest.Config) -> bool:
-    """Whether the project chose pytest-asyncio's mode: the option, ``-o``, or its ini."""
-    if config.getoption("asyncio_mode", None) is not None:
-        return True
-    overrides = getattr(config.option, "override_ini", None) or ()
-    if any(str(o).partition("=")[0].strip() == "asyncio_mode" for o in overrides):
-        return True
-    with warnings.catch_warnings():  # deprecated in pytest 9 (for reading values: we ask
-        warnings.simplefilter("ignore")  # only whether the project's ini has the key)
-        ini = getattr(config, "inicfg", None) or {}
-        return "asyncio_mode" in ini
+def _ini_keys(config: pytest.Config) -> set[str]:
+    """The keys the project's configuration (its ini file and ``-o``) sets."""
+    with warnings.catch_warnings():  # deprecated in pytest 9 for reading values; we ask
+        warnings.simplefilter("ignore")  # only which keys the project set
+        return set(getattr(config, "inicfg", None) or ())
 
 
-_AUTO = pytest.StashKey[bool]()
-"""Whether this plugin chose pytest-asyncio's ``auto`` mode for the run."""
+def _set_ini(config: pytest.Config, key: str, value: str) -> bool:
+    """Give ``key`` a value as ``-o key=value`` would; whether this pytest allowed it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            config.inicfg[key] = value
+        except (AttributeError, TypeError):  # pragma: no cover - a pytest without inicfg
+            return False
+    return True
+
+
+_CHOSEN = pytest.StashKey[list[str]]()
+"""What this plugin chose for pytest-asyncio, for the run's header."""
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """pytest-asyncio's ``auto`` mode, unless the project chose one (module docstring)."""
-    if not config.pluginmanager.hasplugin("asyncio") or _mode_chosen(config):
+    """pytest-asyncio's ``auto`` mode and ``function`` fixture loop scope, each unless
+    the project chose its own (module docstring)."""
+    if not config.pluginmanager.hasplugin("asyncio"):
         return
-    config.option.asyncio_mode = "auto"
-    config.stash[_AUTO] = True
+    chosen: list[str] = []
+    keys = _ini_keys(config)
+    if config.getoption("asyncio_mode", None) is None and "asyncio_mode" not in keys:
+        config.option.asyncio_mode = "auto"
+        chosen.append("asyncio_mode=auto")
+    scope = "asyncio_default_fixture_loop_scope"
+    if scope not in keys and _set_ini(config, scope, "function"):
+        chosen.append(f"{scope}=function")
+    config.stash[_CHOSEN] = chosen
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if config.stash.get(_AUTO, False):
-        return (
-            "runtime.testing: asyncio_mode=auto (no mode configured; set asyncio_mode "
-            "to choose another)"
-        )
+    chosen = config.stash.get(_CHOSEN, [])
+    if chosen:
+        return f"runtime.testing: {', '.join(chosen)} (not configured by the project)"
     return None
 
 

@@ -37,8 +37,12 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 def test_a_project_without_a_mode_gets_auto_and_is_told(pytester: pytest.Pytester) -> None:
     result = run(pytester)
     result.assert_outcomes(passed=1)
-    header = "runtime.testing: asyncio_mode=auto (no mode configured; set asyncio_mode"
+    header = (
+        "runtime.testing: asyncio_mode=auto, asyncio_default_fixture_loop_scope=function "
+        "(not configured by the project)"
+    )
     assert header in result.stdout.str()
+    assert "PytestDeprecationWarning" not in result.stdout.str()
 
 
 STRICT = [
@@ -57,4 +61,13 @@ def test_a_project_that_chose_strict_keeps_it(
     result = run(pytester, *args)
     result.assert_outcomes(errors=1)  # strict: an async fixture nobody handles
     result.stdout.fnmatch_lines(["*requested an async fixture 'answer'*"])
-    assert "runtime.testing: asyncio_mode=auto" not in result.stdout.str()
+    assert "asyncio_mode=auto" not in result.stdout.str()
+
+
+def test_a_project_that_chose_a_fixture_loop_scope_keeps_it(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".ini", pytest="[pytest]\nasyncio_default_fixture_loop_scope = module\n")
+    result = run(pytester)
+    result.assert_outcomes(passed=1)  # still auto mode: only the scope was chosen
+    out = result.stdout.str()
+    assert "runtime.testing: asyncio_mode=auto (not configured by the project)" in out
+    assert "asyncio_default_fixture_loop_scope=function" not in out
