@@ -2,11 +2,19 @@
 # Regenerate the wrapper modules (kubernetes/go.mod, etcd/go.mod and their
 # go.sum) from the versions pinned in versions.env.  Run after a version bump;
 # build.sh itself never rewrites go.mod.
+#
+# The modules are the framework's package data, in
+# runtime/testing/controlplane-modules/ (runtime/testing/assets.py builds from
+# them); versions.env here is a link to the one there.  Their `module` lines
+# keep the names they had under hack/controlplane/: a module path is only a
+# label for a main module, and renaming it would change every go.mod hash, so
+# every stamp, so every cached binary would be rebuilt for nothing.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
-source "${HERE}/versions.env"
+MODULES="$(cd "${HERE}/../../runtime/testing/controlplane-modules" && pwd)"
+# shellcheck source=SCRIPTDIR/../../runtime/testing/controlplane-modules/versions.env
+source "${MODULES}/versions.env"
 
 log() { echo "[controlplane] $*" >&2; }
 
@@ -18,7 +26,7 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 # ./staging/... paths, which do not apply to a dependency.  We replace each of
 # them with the published v0.<minor>.<patch> tag instead.  The list comes from
 # the replace block of Kubernetes' own go.mod at the pinned tag.
-k8s_mod_json="$(cd "${HERE}/kubernetes" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}")"
+k8s_mod_json="$(cd "${MODULES}/kubernetes" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}")"
 k8s_gomod="$(printf '%s\n' "${k8s_mod_json}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')"
 [[ -f "${k8s_gomod}" ]] || { log "ERROR: could not locate go.mod of k8s.io/kubernetes@${K8S_VERSION}"; exit 1; }
 
@@ -43,9 +51,9 @@ log "kubernetes ${K8S_VERSION}: ${#staging[@]} staging modules -> ${staging_vers
     printf '\t%s => %s %s\n' "${m}" "${m}" "${staging_version}"
   done
   echo ")"
-} > "${HERE}/kubernetes/go.mod"
-rm -f "${HERE}/kubernetes/go.sum"
-(cd "${HERE}/kubernetes" && go mod tidy)
+} > "${MODULES}/kubernetes/go.mod"
+rm -f "${MODULES}/kubernetes/go.sum"
+(cd "${MODULES}/kubernetes" && go mod tidy)
 
 # --- etcd -------------------------------------------------------------------
 # The server module's own replace directives point at sibling directories of
@@ -61,8 +69,8 @@ rm -f "${HERE}/kubernetes/go.sum"
   printf '\tgo.etcd.io/etcd/server/v3 %s\n' "${ETCD_VERSION}"
   printf '\tgo.etcd.io/etcd/etcdctl/v3 %s\n' "${ETCD_VERSION}"
   echo ")"
-} > "${HERE}/etcd/go.mod"
-rm -f "${HERE}/etcd/go.sum"
-(cd "${HERE}/etcd" && go mod tidy)
+} > "${MODULES}/etcd/go.mod"
+rm -f "${MODULES}/etcd/go.sum"
+(cd "${MODULES}/etcd" && go mod tidy)
 
 log "modules updated; now run ${HERE}/build.sh"
