@@ -38,7 +38,7 @@ from packaging import version
 import runtime
 from runtime.client import client as client_
 from runtime.client import errors, resources
-from runtime.testing import controlplane
+from runtime.testing import assets, controlplane
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WHEELHOUSE = ROOT / "build" / "wheelhouse"
@@ -146,6 +146,18 @@ def test_each_distribution_holds_its_own_packages_and_its_license(built: Built) 
     }
     assert modules <= set(framework), f"missing: {sorted(modules - set(framework))}"
     assert {"runtime/py.typed", "runtime/testing/kwok_stages.yaml"} <= set(framework)
+    # What `python -m runtime.testing.assets` builds the control plane from: every file.
+    go_modules = {
+        p.relative_to(ROOT / "runtime").as_posix()
+        for p in (ROOT / "runtime" / "testing" / "controlplane-modules").rglob("*")
+        if p.is_file()
+    }
+    assert {"testing/controlplane-modules/versions.env",
+            "testing/controlplane-modules/kubernetes/go.mod",
+            "testing/controlplane-modules/kubernetes/tools.go",
+            "testing/controlplane-modules/etcd/go.sum"} <= go_modules  # fmt: skip
+    missing = {f"runtime/{name}" for name in go_modules} - set(framework)
+    assert not missing, f"the wheel lacks {sorted(missing)}"
     assert f"k8s_controller_runtime-{VERSION}.dist-info/licenses/LICENSE" in framework
     assert {n.partition("/")[0] for n in operator} == {
         "api", "controllers", f"rayservice_operator-{VERSION}.dist-info",
@@ -158,6 +170,7 @@ def test_each_distribution_holds_its_own_packages_and_its_license(built: Built) 
         members = {m.name.partition("/")[2]: m for m in sdist.getmembers()}
     assert members["LICENSE"].isfile(), "the license is a file in the sdist, not a link"
     assert {"pyproject.toml", "README.md", "py.typed", "testing/kwok_stages.yaml"} <= set(members)
+    assert go_modules <= set(members), f"the sdist lacks {sorted(go_modules - set(members))}"
 
 
 # -- installed -------------------------------------------------------------------------------
@@ -185,6 +198,16 @@ async def test_the_framework_alone_runs_the_example_operator(
         "api", "controllers", "pydantic", "pydantic_settings", "kubernetes_asyncio",
     )]  # fmt: skip
     pip_check(python)
+    # The test kit's control-plane build reads its pins and Go modules from the venv, and
+    # stamps as the checkout does (binaries built from one count as up to date for the other).
+    stamps = (
+        "from runtime.testing import assets as a; p = a.read_pins(); "
+        "print(a.MODULES_DIR); print(*(a.stamp(c, p) for c in a.ALL_COMPONENTS), sep='|')"
+    )
+    modules, installed = run(python, "-c", stamps, cwd=tmp_path).splitlines()
+    assert modules.startswith(str(tmp_path / "venv")), modules
+    pins = assets.read_pins()
+    assert installed == "|".join(assets.stamp(c, pins) for c in assets.ALL_COMPONENTS)
 
     # The example as a user has it: one file, outside any checkout.
     example = tmp_path / "mirror.py"
