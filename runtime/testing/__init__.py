@@ -5,7 +5,10 @@
 - :mod:`runtime.testing.fake`: :class:`~runtime.testing.fake.FakeClient`, an
   in-memory API server with kube-apiserver's versioning, conflict and status rules.
 - :mod:`runtime.testing.controlplane`: a real etcd + kube-apiserver (and more) on
-  loopback, from your binaries or envtest's ``$KUBEBUILDER_ASSETS``.
+  loopback, from your binaries, envtest's ``$KUBEBUILDER_ASSETS`` or the assets cache.
+- :mod:`runtime.testing.assets`: ``python -m runtime.testing.assets`` builds those
+  binaries from the Go module proxy (Go >= 1.26) into a per-user cache the harness
+  finds by itself.
 - :mod:`runtime.testing.runner`: a :class:`~runtime.manager.Manager` running in the
   background of a test (``async with running(manager)``), its logs recorded.
 - :mod:`runtime.testing.waiting`: :func:`eventually`, a probe polled until it answers,

@@ -3,8 +3,9 @@
 Like controller-runtime's envtest, but complete enough to run an operator end
 to end: :class:`ControlPlane` starts, from the binaries in one directory
 (:attr:`Options.bin_dir`, else ``$CONTROLPLANE_BIN_DIR``, else envtest's
-``$KUBEBUILDER_ASSETS``: see :func:`default_bin_dir`; this repository builds them
-with ``hack/controlplane/build.sh``),
+``$KUBEBUILDER_ASSETS``, else the cache ``python -m runtime.testing.assets`` builds
+them into from the Go module proxy: see :func:`default_bin_dir` and
+:mod:`runtime.testing.assets`),
 
 - **etcd** (``--unsafe-no-fsync``, data in a temp dir) and **kube-apiserver**
   (TLS on a free ``127.0.0.1`` port, a fresh CA, an admin client certificate in
@@ -73,7 +74,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from runtime import tls
-from runtime.testing import process
+from runtime.testing import assets, process
 
 __all__ = [
     "ApiError",
@@ -142,17 +143,25 @@ def _check_binary(name: str, binary: pathlib.Path) -> None:
         raise ControlPlaneError(
             name,
             f"binary {binary} is missing or not executable; build it with "
-            f"hack/controlplane/build.sh (or set ${BIN_DIR_ENV}, or ${ENVTEST_ENV} "
-            "for etcd and kube-apiserver only)",
+            f"`python -m runtime.testing.assets --bin-dir {binary.parent} {name}` "
+            "(needs Go >= 1.26), or point Options.bin_dir or "
+            f"${BIN_DIR_ENV} at a directory that has it (envtest's ${ENVTEST_ENV} has "
+            "etcd, kube-apiserver and kubectl only)",
         )
 
 
 def default_bin_dir() -> pathlib.Path | None:
     """``$CONTROLPLANE_BIN_DIR`` if set (non-empty), else ``$KUBEBUILDER_ASSETS`` if
-    set, else ``None``."""
+    set, else :func:`runtime.testing.assets.cache_bin_dir` (where ``python -m
+    runtime.testing.assets`` builds by default) if it holds executable ``etcd`` and
+    ``kube-apiserver``, else ``None``. It never builds anything (a test run does not
+    compile Kubernetes behind your back)."""
     for variable in (BIN_DIR_ENV, ENVTEST_ENV):
         if value := os.environ.get(variable):
             return pathlib.Path(value)
+    cached = assets.cache_bin_dir()
+    if all(os.access(cached / name, os.X_OK) for name in ("etcd", "kube-apiserver")):
+        return cached
     return None
 
 
@@ -163,7 +172,8 @@ class Options:
     bin_dir: pathlib.Path | None = None
     """Directory with ``etcd``, ``kube-apiserver`` (and the optional binaries).
     Default: :func:`default_bin_dir` (``$CONTROLPLANE_BIN_DIR``, else
-    ``$KUBEBUILDER_ASSETS``); required one way or the other."""
+    ``$KUBEBUILDER_ASSETS``, else what ``python -m runtime.testing.assets`` built);
+    required one way or the other."""
 
     controller_manager: bool = False
     """Run kube-controller-manager (garbage collection, namespaces, EndpointSlices, Jobs).
@@ -346,8 +356,9 @@ class ControlPlane:
         if bin_dir is None:
             raise ControlPlaneError(
                 "control-plane",
-                f"no binaries: pass Options(bin_dir=...) or set ${BIN_DIR_ENV} "
-                "(hack/controlplane/build.sh prints the directory) or envtest's "
+                "no binaries: build them with `python -m runtime.testing.assets` (needs "
+                f"Go >= 1.26; they go to {assets.cache_bin_dir()}, found there from then "
+                f"on), or pass Options(bin_dir=...), or set ${BIN_DIR_ENV} or envtest's "
                 f"${ENVTEST_ENV}",
             )
         self.bin_dir = pathlib.Path(bin_dir)
@@ -1238,7 +1249,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
             print(line, flush=True)
         return 0
     if args.bin_dir is None:
-        parser.error(f"--bin-dir is required (or set ${BIN_DIR_ENV} or ${ENVTEST_ENV})")
+        parser.error(
+            f"--bin-dir is required (or set ${BIN_DIR_ENV} or ${ENVTEST_ENV}, or build "
+            "the binaries with `python -m runtime.testing.assets --all`)"
+        )
 
     stop = threading.Event()
     starting = [True]

@@ -7,9 +7,12 @@ import pytest
 from runtime.testing import controlplane
 
 
-def test_no_bin_dir_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_bin_dir_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
     monkeypatch.delenv(controlplane.BIN_DIR_ENV, raising=False)
     monkeypatch.delenv(controlplane.ENVTEST_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no assets cache either
     with pytest.raises(controlplane.ControlPlaneError, match="CONTROLPLANE_BIN_DIR") as caught:
         controlplane.ControlPlane()
     assert "KUBEBUILDER_ASSETS" in str(caught.value)
