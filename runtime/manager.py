@@ -84,7 +84,7 @@ from runtime.cache import informer as informer_
 from runtime.client import client as client_
 from runtime.webhook import server as webhook_
 
-__all__ = ["LeadershipLost", "Manager", "Options", "Runnable", "run", "serve"]
+__all__ = ["BindError", "LeadershipLost", "Manager", "Options", "Runnable", "run", "serve"]
 
 Check = Callable[[], bool | Awaitable[bool]]
 
@@ -103,6 +103,11 @@ class Runnable(Protocol):
     """Something the manager runs: ``start`` blocks until ``stop`` is set."""
 
     async def start(self, stop: asyncio.Event) -> None: ...
+
+
+BindError = aio.BindError
+"""A server of the manager could not listen (:class:`OSError`); the message names the
+server, the address and the :class:`Options` field that gave it."""
 
 
 class LeadershipLost(RuntimeError):
@@ -152,8 +157,12 @@ class Options:
     is absent from the cache (see :mod:`runtime.cache.cache`). Default ``{}``: every
     object of every resource, with the default transform (``managedFields`` dropped)."""
 
-    metrics_bind_address: str = ":8080"
-    """``host:port`` for ``/metrics``; ``"0"`` disables it. Default ``:8080`` (all interfaces)."""
+    metrics_bind_address: str = "127.0.0.1:8080"
+    """``host:port`` for ``/metrics``; ``"0"`` disables it; ``":8080"`` is every interface
+    (what a Pod's scraper needs: an operator's own flags or manifests choose that). Default
+    ``127.0.0.1:8080``, loopback only, so that a manager started on a laptop or in a test
+    exposes nothing. A port that cannot be bound stops the start with
+    :class:`BindError` naming the server and this option."""
 
     metrics_secure: bool = False
     """Serve ``/metrics`` over HTTPS, to callers the API server authenticates (a bearer
@@ -191,8 +200,10 @@ class Options:
     for tokens and allows, 30 s for denials; 16 in flight; 10 reviews a second, bursts of
     20)."""
 
-    health_probe_bind_address: str = ":8081"
-    """``host:port`` for ``/healthz`` and ``/readyz``; ``"0"`` disables. Default ``:8081``."""
+    health_probe_bind_address: str = "127.0.0.1:8081"
+    """``host:port`` for ``/healthz`` and ``/readyz``; ``"0"`` disables; ``":8081"`` is every
+    interface (a kubelet's probes need that: set it in the operator's flags or manifests).
+    Default ``127.0.0.1:8081``, loopback only (see ``metrics_bind_address``)."""
 
     leader_election: bool = False
     """Run leader runnables only while holding the Lease. Default off."""
@@ -562,13 +573,17 @@ class Manager:
                 auth = delegatedauth.DelegatedAuth(self.review_client, self.options.metrics_auth)
                 app.middlewares.append(auth.middleware)
             app.router.add_get("/metrics", self._serve_metrics)
-            self.metrics_address = await self._serve(app, metrics_at, tls)
+            self.metrics_address = await self._serve(
+                app, metrics_at, "the metrics server", "metrics_bind_address", tls
+            )
         probes_at = _parse_address(self.options.health_probe_bind_address)
         if probes_at is not None:
             app = web.Application()
             app.router.add_get("/healthz", self._serve_healthz)
             app.router.add_get("/readyz", self._serve_readyz)
-            self.probe_address = await self._serve(app, probes_at)
+            self.probe_address = await self._serve(
+                app, probes_at, "the health probe server", "health_probe_bind_address"
+            )
 
     def _review_client(self) -> client_.Client:
         """The secure metrics' reviews' client: the manager's credentials, options and
@@ -617,16 +632,25 @@ class Manager:
         return reloader.context
 
     async def _serve(
-        self, app: web.Application, address: tuple[str, int], tls: ssl.SSLContext | None = None
+        self,
+        app: web.Application,
+        address: tuple[str, int],
+        server: str,
+        option: str,
+        tls: ssl.SSLContext | None = None,
     ) -> tuple[str, int]:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, address[0], address[1], ssl_context=tls)
-        await site.start()
+        try:
+            await aio.listen(site, server, f"ManagerOptions.{option}", address)
+        except aio.BindError:
+            await runner.cleanup()
+            raise
         self._sites.append(runner)
-        server = site._server
-        assert server is not None
-        host, port = server.sockets[0].getsockname()[:2]  # type: ignore[attr-defined]
+        listening = site._server
+        assert listening is not None
+        host, port = listening.sockets[0].getsockname()[:2]  # type: ignore[attr-defined]
         return str(host), int(port)
 
     async def _serve_metrics(self, request: web.Request) -> web.Response:
@@ -684,7 +708,7 @@ async def serve(manager: Manager) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         await manager.start(stop)
-    except LeadershipLost as exc:
+    except (LeadershipLost, aio.BindError) as exc:  # said in full by the message
         manager.log.error(str(exc))
         return 1
     except Exception:

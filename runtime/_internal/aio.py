@@ -6,7 +6,33 @@ import asyncio
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
-__all__ = ["cancel_and_wait", "wait_first", "wait_unless_stopped"]
+__all__ = ["BindError", "cancel_and_wait", "listen", "wait_first", "wait_unless_stopped"]
+
+
+class BindError(OSError):
+    """A server could not listen where it was told to; the message names the server, the
+    address and the option that gave it (``errno`` is the socket's; ``str()`` is the
+    message alone, without ``[Errno n]``)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+async def listen(site: Any, server: str, option: str, address: tuple[str, int]) -> None:
+    """``await site.start()`` (an aiohttp site), a failure to listen raised as
+    :class:`BindError` naming ``server`` (``"the metrics server"``) and ``option``
+    (``"ManagerOptions.metrics_bind_address"``)."""
+    try:
+        await site.start()
+    except OSError as exc:
+        host, port = address
+        reason = exc.strerror or str(exc)
+        if exc.errno is not None and "address already in use" in str(exc).lower():
+            reason = "address already in use"
+        raise BindError(
+            exc.errno,
+            f"{server} cannot listen on {host}:{port} ({option}): {reason}",
+        ) from exc
 
 
 async def wait_first(*events: asyncio.Event, tasks: Iterable[asyncio.Future[Any]] = ()) -> None:

@@ -66,6 +66,7 @@ import structlog
 from aiohttp import web
 
 from runtime import metrics, tls
+from runtime._internal import aio
 from runtime.client import client as client_
 from runtime.client import resources
 from runtime.webhook import admission, cainject, conversion, intake
@@ -282,7 +283,9 @@ class Server:
         try:
             host, port = _parse_address(self.options.bind_address)
             site = web.TCPSite(runner, host, port, ssl_context=reloader.context)
-            await site.start()
+            await aio.listen(
+                site, "the webhook server", "webhook.server.Options.bind_address", (host, port)
+            )
             server = site._server
             assert server is not None
             bound = server.sockets[0].getsockname()  # type: ignore[attr-defined]

@@ -8,8 +8,10 @@ elector's races and timeouts.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Iterator
 from typing import Any
@@ -431,6 +433,43 @@ async def test_serve_exits_1_when_the_manager_fails(signal_handlers: None) -> No
     [failure] = [e for e in logs if e["event"] == "manager failed"]
     assert failure["log_level"] == "error"
     assert not loop.remove_signal_handler(signal.SIGTERM)
+
+
+@pytest.mark.parametrize(
+    ("field", "server"),
+    [
+        ("metrics_bind_address", "the metrics server"),
+        ("health_probe_bind_address", "the health probe server"),
+    ],
+)
+async def test_a_busy_port_is_one_line_naming_the_server_and_its_option(
+    signal_handlers: None, field: str, server: str
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        mgr = manager.Manager(fake.FakeClient(), options(**{field: f"127.0.0.1:{port}"}))  # type: ignore[arg-type]
+        with pytest.raises(manager.BindError) as caught:
+            await mgr.start(asyncio.Event())
+        assert str(caught.value) == (
+            f"{server} cannot listen on 127.0.0.1:{port} (ManagerOptions.{field}): "
+            "address already in use"
+        )
+        assert caught.value.errno == errno.EADDRINUSE
+        assert isinstance(caught.value, OSError)
+        again = manager.Manager(fake.FakeClient(), options(**{field: f"127.0.0.1:{port}"}))  # type: ignore[arg-type]
+        with log_testing.capture_logs() as logs:
+            assert await asyncio.wait_for(manager.serve(again), 5) == 1
+    [line] = [e for e in logs if e["log_level"] == "error"]
+    assert line["event"] == str(caught.value)
+    assert "exc_info" not in line, "a bind error is said in one line, without a traceback"
+
+
+def test_the_servers_listen_on_loopback_unless_told_otherwise() -> None:
+    defaults = manager.Options(name="x")
+    assert defaults.metrics_bind_address == "127.0.0.1:8080"
+    assert defaults.health_probe_bind_address == "127.0.0.1:8081"
 
 
 def test_run_returns_serves_exit_code(signal_handlers: None) -> None:
