@@ -21,6 +21,12 @@ Guarantees:
   anyway is an engine bug: the controller stops and ``start`` raises
   :class:`RuntimeError` (so a manager exits non-zero);
 - each reconcile is bounded by ``reconcile_timeout``;
+- each pass is one log line: a failure an ``error`` with its traceback, a success a
+  ``debug`` line ``reconciled`` (with ``requeue_after`` and ``seconds``), and each
+  :func:`runtime.objects.create_or_update` inside it a ``debug`` line saying
+  ``created``, ``updated`` or ``unchanged``; at the default ``info`` level of
+  :func:`runtime.log.configure` the debug lines are dropped before any processing, and
+  the test kit records them (a failing test's manager log shows what each pass did);
 - :meth:`Controller.start` waits for its syncing sources (at most
   ``cache_sync_timeout``, then :class:`TimeoutError`), and returns at once if
   ``stop`` is set meanwhile. Then it blocks until ``stop`` is set; no new

@@ -44,6 +44,8 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+import structlog
+
 from runtime import equality
 from runtime.client import errors, resources
 
@@ -231,14 +233,29 @@ async def create_or_update(
         mutate(skeleton)
         _check_identity(skeleton, namespace, name)
         created = await client.create(skeleton, namespace=namespace)
+        _did(Operation.CREATED, resource, namespace, name)
         return Operation.CREATED, copy.deepcopy(created)  # a cache may hold the answer
     desired = copy.deepcopy(current)
     mutate(desired)
     _check_identity(desired, namespace, name)
     if equality.equal(_without_status(current), _without_status(desired)):
+        _did(Operation.UNCHANGED, resource, namespace, name)
         return Operation.UNCHANGED, copy.deepcopy(current) if cache is not None else current
     updated = await client.update(desired)
+    _did(Operation.UPDATED, resource, namespace, name)
     return Operation.UPDATED, copy.deepcopy(updated)
+
+
+_log = structlog.get_logger("runtime.objects")
+
+
+def _did(operation: Operation, resource: resources.Resource, ns: str | None, name: str) -> None:
+    """One debug line per :func:`create_or_update` (inside a reconcile, the controller's
+    ``reconcile_id`` and key are bound to it): a test's manager log shows what was written."""
+    _log.debug(
+        "create_or_update", operation=operation.value, resource=str(resource),
+        object=f"{ns}/{name}" if ns else name,
+    )  # fmt: skip
 
 
 def _without_status(obj: Obj) -> Obj:

@@ -300,6 +300,13 @@ class Engine:
                 self._results["requeue_after"].value += 1
             else:
                 self._results["success"].value += 1
+            # One line per pass (failures have theirs above), so a test's manager log
+            # tells what the reconciler did; at the operator's default level it is dropped
+            # before any processing.
+            self.log.debug(
+                "reconciled", requeue_after=result.requeue_after,
+                seconds=round(time.monotonic() - started, 6),
+            )  # fmt: skip
         finally:
             self._time.observe(time.monotonic() - started)
             self._active.value -= 1

@@ -14,6 +14,7 @@ import pytest
 import structlog
 
 import runtime
+from examples import configmap_mirror
 from runtime import controller
 from runtime.testing import fake, runner
 
@@ -83,6 +84,33 @@ async def test_up_means_the_controllers_run_and_the_log_is_the_manager_s_only() 
     assert all(r.event != "a line of the body" for r in run.log)
     assert events[-1] == ("stopped", None)
     assert "reconciling" in run.log_text()
+
+
+async def test_the_log_tells_each_pass_and_what_create_or_update_did() -> None:
+    """One debug line per pass and per create_or_update, with the pass's key bound."""
+    manager = quiet_manager()
+    with controller.names_released():
+        configmap_mirror.build(manager)
+    meta = {"namespace": "default", "name": "a", "labels": {"mirror": "true"}}
+    source = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"}, "metadata": meta}
+    await manager.client.create(source)
+    async with runner.running(manager) as run:
+        await runtime.testing.eventually(
+            lambda: any(r.fields.get("operation") == "created" for r in run.log), within=5
+        )
+    written = [r for r in run.log if r.event == "create_or_update"]
+    assert written[0].level == "debug"
+    assert written[0].fields["operation"] == "created"
+    assert written[0].fields["object"] == "default/a-mirror"
+    assert written[0].fields["resource"] == "configmaps"
+    assert written[0].fields["name"] == "a", "inside the pass: its key is bound"
+    passes = [r for r in run.log if r.event == "reconciled"]
+    assert passes, "a line per pass"
+    assert passes[0].level == "debug"
+    assert passes[0].fields["controller"] == "configmap-mirror"
+    assert passes[0].fields["reconcile_id"] == written[0].fields["reconcile_id"]
+    assert passes[0].fields["requeue_after"] is None
+    assert "create_or_update" in run.log_text()
 
 
 async def test_a_failure_before_up_is_raised_by_the_with_statement() -> None:
