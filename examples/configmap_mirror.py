@@ -23,7 +23,7 @@ from typing import Any
 
 import runtime
 
-CONFIGMAPS = runtime.client.resources.default_registry.for_kind("v1", "ConfigMap")
+CONFIGMAPS = runtime.client.builtin("ConfigMap")
 LABEL = "mirror"
 NAME = "configmap-mirror"
 """The operator's name: everything that identifies it to the cluster derives from it."""

@@ -54,16 +54,16 @@ class Reader(Protocol):
     """What the validator reads with (a :class:`runtime.client.Client`, or the fake)."""
 
     async def get(
-        self, resource: runtime.client.resources.Resource, namespace: str | None, name: str
+        self, resource: runtime.client.Resource, namespace: str | None, name: str
     ) -> Obj: ...
 
     async def list(
         self,
-        resource: runtime.client.resources.Resource,
+        resource: runtime.client.Resource,
         namespace: str | None = None,
         *,
         field_selector: str | None = None,
-    ) -> runtime.client.client.ListResult: ...
+    ) -> runtime.client.ListResult: ...
 
 
 def _targets(obj: Obj) -> list[str]:
