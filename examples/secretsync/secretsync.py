@@ -12,7 +12,9 @@ Per pass, level-based - it never asks which event woke it:
    that changes nothing writes nothing. The ``Ready`` condition is ``True``
    (``Synced``) when every listed namespace has an equal copy, else ``False``
    with ``SourceNotFound`` or ``TargetNamespaceNotFound`` (a namespace that does
-   not exist yet is looked at again after ``RETRY_MISSING`` seconds).
+   not exist yet is looked at again after ``RETRY_MISSING`` seconds). It is set
+   with :func:`runtime.conditions.set_condition` and read with
+   ``runtime.conditions.of(sync, "Ready")``.
 
 Copies are labelled with the SecretSync they belong to, so a change to a copy
 (or to the source, which has the SecretSync's name) wakes the SecretSync.
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Mapping
 from typing import Any
 
 import runtime
@@ -36,14 +37,12 @@ __all__ = [
     "SOURCE_NAMESPACE",
     "SecretSyncReconciler",
     "build",
-    "ready_condition",
-    "set_condition",
 ]
 
-SECRETSYNCS = runtime.client.resources.Resource(
+SECRETSYNCS = runtime.client.Resource(
     group="sync.example.com", version="v1alpha1", kind="SecretSync", plural="secretsyncs"
 )
-SECRETS = runtime.client.resources.default_registry.for_kind("v1", "Secret")
+SECRETS = runtime.client.builtin("Secret")
 
 FINALIZER = "sync.example.com/copies"
 SOURCE_NAMESPACE = "sync.example.com/source-namespace"
@@ -52,31 +51,6 @@ RETRY_MISSING = 30.0
 """Seconds before a SecretSync with a missing target namespace is looked at again."""
 
 Obj = dict[str, Any]
-
-
-def set_condition(
-    conditions: list[Obj], type_: str, status: str, reason: str, message: str, *,
-    generation: int, now: str,
-) -> list[Obj]:  # fmt: skip
-    """``conditions`` with ``type_`` set; its ``lastTransitionTime`` moves only when
-    its status does (Kubernetes API conventions), so an unchanged condition is equal."""
-    old = next((c for c in conditions if c.get("type") == type_), None)
-    unmoved = old is not None and old.get("status") == status
-    new = {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-        "lastTransitionTime": old["lastTransitionTime"] if old and unmoved else now,
-    }
-    return [*(c for c in conditions if c.get("type") != type_), new]
-
-
-def ready_condition(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The ``Ready`` condition of a SecretSync, if it has one."""
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == "Ready"), None)
 
 
 def _copy_selector(namespace: str, name: str) -> str:
@@ -173,9 +147,13 @@ class SecretSyncReconciler:
         self, sync: Obj, synced: list[str], ready: str, reason: str, message: str
     ) -> None:
         generation = sync["metadata"]["generation"]
-        conditions = set_condition(
-            list((sync.get("status") or {}).get("conditions") or []),
-            "Ready", ready, reason, message, generation=generation, now=runtime.clock.rfc3339(),
+        # A list of our own (the cached one is read-only; set_condition replaces an
+        # entry, never edits it). Setting what is there already leaves it as it was,
+        # lastTransitionTime included, so the status writer finds nothing to write.
+        conditions = list((sync.get("status") or {}).get("conditions") or [])
+        runtime.conditions.set_condition(
+            conditions, "Ready", ready, reason, message,
+            generation=generation, now=runtime.clock.rfc3339(),
         )  # fmt: skip
         new_status = {
             "observedGeneration": generation,
@@ -204,7 +182,10 @@ def build(
     validating and defaulting webhooks too (:mod:`examples.secretsync.webhooks`),
     served by the manager's webhook server (``ManagerOptions.webhook``). Off by
     default: a webhook needs a certificate and a webhook configuration installed
-    (``config/webhook.yaml``), and the operator works without one."""
+    (``config/webhook.yaml``), and the operator works without one. ``options`` are
+    :class:`runtime.ControllerOptions` fields (``max_concurrent_reconciles=4``, say)."""
+    # The client finds where an object is served from its apiVersion and kind: every
+    # write of a SecretSync (the finalizer, the status) needs the kind registered.
     manager.client.registry.register(SECRETSYNCS)
     builder = (
         runtime.Builder(manager)
