@@ -13,6 +13,7 @@ import asyncio
 import io
 import json
 import pathlib
+import socket
 import ssl
 import tracemalloc
 from collections.abc import AsyncIterator
@@ -174,6 +175,26 @@ async def test_missing_certificates_fail_the_start(tmp_path: pathlib.Path) -> No
     srv = server.Server(server.Options(bind_address="127.0.0.1:0", cert_dir=tmp_path))
     with pytest.raises(tls.TLSError, match=r"tls\.crt"):
         await srv.start(asyncio.Event())
+    assert not await srv.serving()
+
+
+async def test_a_busy_port_names_the_webhook_server_and_its_option(tmp_path: pathlib.Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        srv = server.Server(
+            server.Options(
+                bind_address=f"127.0.0.1:{port}", cert_dir=tmp_path,
+                self_signed=server.SelfSigned(ip_addresses=["127.0.0.1"]),
+            )
+        )  # fmt: skip
+        with pytest.raises(manager.BindError) as caught:
+            await srv.start(asyncio.Event())
+    assert str(caught.value) == (
+        f"the webhook server cannot listen on 127.0.0.1:{port} "
+        "(webhook.server.Options.bind_address): address already in use"
+    )
     assert not await srv.serving()
 
 
