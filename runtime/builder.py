@@ -36,8 +36,10 @@ every update of it: :mod:`runtime.predicate` says what to use instead.)
   paths (:func:`runtime.webhook.server.register_for`) when ``complete`` runs.
 - ``complete(reconciler)`` builds the :class:`~runtime.controller.Controller`,
   gives the cache the options and indexes above, registers its informers with the
-  manager's cache (so they start, and sync, before leader election) and adds it to
-  the manager.
+  manager's cache (so they start, and sync, before leader election), registers each
+  resource it was given with the client's registry unless its kind is there already
+  (so the reconciler's ``client.update(obj)`` of a custom resource finds its URL
+  without a ``registry.register`` of its own) and adds it to the manager.
 """
 
 from __future__ import annotations
@@ -180,9 +182,15 @@ class Builder:
             sources.append(
                 source_.Kind(cache, watched, handler, [*self._filters, *watched_predicates])
             )
+        registry = getattr(self.manager.client, "registry", None)
         for src in sources:
             assert isinstance(src, source_.Kind)
             cache.informer(src.resource)  # registered now: synced before leader election
+            if (
+                registry is not None
+                and (src.resource.api_version, src.resource.kind) not in registry
+            ):
+                registry.register(src.resource)  # so the reconciler can write what it watches
         ctrl = controller_.Controller(
             self._name or resource.plural,
             reconciler,

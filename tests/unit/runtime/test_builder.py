@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from runtime import builder, handler, manager, predicate, reconcile
+from runtime import builder, controller, handler, manager, predicate, reconcile
 from runtime.cache import informer as informer_
 from runtime.client import resources
-from runtime.testing import fake
+from runtime.testing import fake, runner
 from tests.unit import helpers
 
 WIDGET = resources.Resource("test.rayservice.dev", "v1", "Widget", "widgets")
@@ -206,3 +206,41 @@ def test_the_default_name_is_the_for_resources_plural() -> None:
     )
     assert ctrl.name == "widgets"
     assert ctrl.options.max_concurrent_reconciles == 3
+
+
+def test_complete_registers_the_resources_it_is_given_and_keeps_what_is_there() -> None:
+    client = fake.FakeClient(resources.default_registry.copy(), namespaces=["ns"])
+    assert ("test.rayservice.dev/v1", "Widget") not in client.registry
+    gadgets = resources.Resource("test.rayservice.dev", "v1", "Gadget", "gadgets")
+    mine_cm = resources.Resource("", "v1", "ConfigMap", "configmaps", namespaced=True)
+    before = client.registry.for_kind("v1", "ConfigMap")
+    with controller.names_released():
+        (
+            builder.Builder(new_manager(client))
+            .for_(WIDGET)
+            .owns(mine_cm)
+            .watches(gadgets, handler.for_object())
+            .named(f"registers-{next(_names)}")
+            .complete(lambda request: None)  # type: ignore[arg-type, return-value]
+        )
+    assert client.registry.for_kind("test.rayservice.dev/v1", "Widget") is WIDGET
+    assert client.registry.for_kind("test.rayservice.dev/v1", "Gadget") is gadgets
+    assert client.registry.for_kind("v1", "ConfigMap") is before, "not replaced"
+
+
+async def test_a_reconciler_writes_its_custom_resource_without_registering_it() -> None:
+    client = fake.FakeClient(resources.default_registry.copy(), namespaces=["ns"])
+    mgr = new_manager(client)
+    written = asyncio.Event()
+
+    async def reconcile(request: Any) -> Any:
+        current = await mgr.cache.get(WIDGET, request.namespace, request.name)
+        await mgr.client.update({**current, "spec": {"size": 2}})
+        written.set()
+
+    with controller.names_released():
+        builder.Builder(mgr).for_(WIDGET).named(f"writes-{next(_names)}").complete(reconcile)
+    await client.create(widget("w"))
+    async with runner.running(mgr):
+        await asyncio.wait_for(written.wait(), 5)
+    assert (await client.get(WIDGET, "ns", "w"))["spec"] == {"size": 2}
