@@ -184,9 +184,8 @@ def build(
     default: a webhook needs a certificate and a webhook configuration installed
     (``config/webhook.yaml``), and the operator works without one. ``options`` are
     :class:`runtime.ControllerOptions` fields (``max_concurrent_reconciles=4``, say)."""
-    # The client finds where an object is served from its apiVersion and kind: every
-    # write of a SecretSync (the finalizer, the status) needs the kind registered.
-    manager.client.registry.register(SECRETSYNCS)
+    # The builder also registers SECRETSYNCS with the client's registry, which the
+    # client looks an object's URL up in: the pass's writes of a SecretSync need it.
     builder = (
         runtime.Builder(manager)
         .for_(SECRETSYNCS)

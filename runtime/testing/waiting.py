@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 __all__ = ["eventually"]
 
@@ -48,14 +48,36 @@ def _default_retry_on() -> tuple[type[BaseException], ...]:
     return (AssertionError, errors.NotFound)
 
 
+@overload
+async def eventually(  # an async probe (or one returning an awaitable) first
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    within: float = ...,
+    interval: float = ...,
+    what: str | None = ...,
+    retry_on: tuple[type[BaseException], ...] | None = ...,
+) -> T: ...
+
+
+@overload
 async def eventually(
-    probe: Callable[[], Awaitable[T | None] | T | None],
+    probe: Callable[[], T | None],
+    *,
+    within: float = ...,
+    interval: float = ...,
+    what: str | None = ...,
+    retry_on: tuple[type[BaseException], ...] | None = ...,
+) -> T: ...
+
+
+async def eventually(
+    probe: Callable[[], Any],
     *,
     within: float = 10.0,
     interval: float = 0.05,
     what: str | None = None,
     retry_on: tuple[type[BaseException], ...] | None = None,
-) -> T:
+) -> Any:
     """The first truthy answer of ``probe()`` (awaited if it is awaitable), polled every
     ``interval`` seconds for at most ``within`` seconds; see the module docstring."""
     retried = _default_retry_on() if retry_on is None else retry_on
@@ -63,7 +85,7 @@ async def eventually(
     deadline = loop.time() + within
     while True:
         last: BaseException | None = None
-        value: T | None = None
+        value: Any = None
         try:
             answer = probe()
             if inspect.isawaitable(answer):

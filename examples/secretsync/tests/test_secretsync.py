@@ -30,9 +30,8 @@ pytestmark = [pytest.mark.usefixtures("secretsync_crd"), pytest.mark.timeout(300
 SECRETS = secretsync.SECRETS
 SYNCS = secretsync.SECRETSYNCS
 
-eventually: Any = testing.eventually
-"""The kit's :func:`runtime.testing.eventually`, typed ``Any`` here: its annotation makes
-mypy (strict) refuse an async probe, or take the coroutine for the answer."""
+eventually = testing.eventually
+"""The kit's :func:`runtime.testing.eventually`."""
 
 
 def b64(text: str) -> str:
