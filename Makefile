@@ -12,34 +12,38 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # Two distributions, both editable: the framework (k8s-controller-runtime, from runtime/)
-# first, then the operator on it with its test and dev extras. The runtime dependencies are
-# held at requirements.lock's versions (a constraints file of its pins, without hashes:
-# the dev tools around them are not locked), so the tests run on exactly what the image
-# ships and `hack/lock.py --check` does not turn red the day PyPI publishes a new release.
+# first, then the operator on it with its test and dev extras. The runtime dependencies and
+# the framework's testing extra are held at the lock files' versions (a constraints file of
+# their pins, without hashes: the dev tools around them are not locked), so the tests run
+# on exactly what the image ships and the quickstart's test installs, and `hack/lock.py
+# --check` does not turn red the day PyPI publishes a new release.
 # To move the pins: `make venv LOCK_CONSTRAINTS=` (newest releases), then `make lock`.
+LOCKS := requirements.lock requirements-testing.lock
 LOCK_CONSTRAINTS ?= $(VENV)/constraints.txt
-$(STAMP): pyproject.toml runtime/pyproject.toml requirements.lock
+$(STAMP): pyproject.toml runtime/pyproject.toml $(LOCKS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@sed -n 's/^\([A-Za-z0-9._-]*==[^ ]*\).*/\1/p' requirements.lock > $(VENV)/constraints.txt
+	@sed -n 's/^\([A-Za-z0-9._-]*==[^ ]*\).*/\1/p' $(LOCKS) | sort -u > $(VENV)/constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(if $(LOCK_CONSTRAINTS),-c $(LOCK_CONSTRAINTS)) -e ./runtime
 	$(PY) -m pip install --quiet $(if $(LOCK_CONSTRAINTS),-c $(LOCK_CONSTRAINTS)) -e '.[dev]'
 	@touch $@
 
-# Wheels of every locked dependency (requirements.lock: exact versions, hashes checked), so
-# that tests/integration/test_distributions.py installs the built wheels into fresh venvs
-# with no network: `pip install --no-index --find-links build/wheelhouse`.
+# Wheels of every locked dependency (requirements.lock, the operator's runtime ones, and
+# requirements-testing.lock, the framework's testing extra's: exact versions, hashes
+# checked), so that tests/integration/test_distributions.py and test_quickstart.py install
+# the built wheels into fresh venvs with no network: `pip install --no-index --find-links
+# build/wheelhouse`. `.complete` is written last: a wheelhouse without it is refetched.
 WHEELHOUSE := build/wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.complete
 
-$(WHEELHOUSE_STAMP): requirements.lock | $(STAMP)
+$(WHEELHOUSE_STAMP): $(LOCKS) | $(STAMP)
 	@rm -rf $(WHEELHOUSE)
 	$(PY) -m pip download --quiet --only-binary=:all: --no-deps --require-hashes \
-		--dest $(WHEELHOUSE) -r requirements.lock
+		--dest $(WHEELHOUSE) $(addprefix -r ,$(LOCKS))
 	@touch $@
 
 .PHONY: wheelhouse
-wheelhouse: $(WHEELHOUSE_STAMP) ## Download the locked dependencies' wheels into build/wheelhouse (needs PyPI)
+wheelhouse: $(WHEELHOUSE_STAMP) ## Download the locked dependencies' wheels (both lock files) into build/wheelhouse (needs PyPI)
 
 .PHONY: venv
 venv: $(STAMP) $(WHEELHOUSE_STAMP) ## Create .venv with the framework and the operator (test and dev extras), and the wheelhouse
@@ -155,7 +159,7 @@ docs: $(STAMP) ## Build the docs site into build/docs (warnings are errors); ope
 	$(SPHINX_BUILD)
 
 .PHONY: lock
-lock: $(STAMP) ## Rewrite requirements.lock from the venv's versions (pinned with hashes; needs PyPI; see LOCK_CONSTRAINTS)
+lock: $(STAMP) ## Rewrite requirements.lock and requirements-testing.lock from the venv's versions (pinned with hashes; needs PyPI; see LOCK_CONSTRAINTS)
 	$(PY) hack/lock.py
 
 .PHONY: manifests

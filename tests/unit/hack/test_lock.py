@@ -1,5 +1,6 @@
 """requirements.lock (what the image installs with --require-hashes) covers the project's
-runtime dependencies at the versions the tests run with, each with hashes."""
+runtime dependencies at the versions the tests run with, each with hashes; so does
+requirements-testing.lock for ``k8s-controller-runtime[testing]`` (the quickstart's install)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,20 @@ def test_the_framework_is_built_here_so_its_dependencies_are_pinned_instead() ->
         "the framework's own dependency, and its full-kubeconfig extra's (the operator asks for it)"
     )
     assert "k8s-controller-runtime" not in lock.closure()
+
+
+def test_the_testing_lock_covers_the_framework_with_its_testing_extra() -> None:
+    text = lock.TESTING_LOCK.read_text()
+    assert lock.problems(text, lock.testing_roots()) == []
+    pinned = lock.parse(text)
+    kit = {"pytest", "pytest-asyncio", "pytest-timeout", "pluggy", "iniconfig", "pygments"}
+    assert kit | {"aiohttp", "structlog", "tenacity"} <= set(pinned)
+    operator_only = {"pydantic", "kubernetes-asyncio"}
+    assert not operator_only & set(pinned), "the framework's dependencies, not the operator's"
+    assert all(len(h) == 64 for _, hashes in pinned.values() for h in hashes)
+    assert "pytest is not pinned" in lock.problems(lock.LOCK.read_text(), lock.testing_roots())
+
+
+def test_check_covers_every_lock_file() -> None:
+    assert [lk.path.name for lk in lock.LOCKS] == ["requirements.lock", "requirements-testing.lock"]
+    assert lock.main(["--check"]) == 0
