@@ -20,12 +20,10 @@ import asyncio
 import base64
 import csv
 import hashlib
-import importlib.metadata
 import os
 import pathlib
 import shutil
 import signal
-import subprocess
 import sys
 import tarfile
 import textwrap
@@ -33,80 +31,18 @@ import zipfile
 from typing import Any
 
 import pytest
-from packaging import version
 
-import runtime
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from runtime.testing import assets, controlplane
+from tests.integration import distributions_harness as d
+from tests.integration.distributions_harness import ROOT, VERSION, WHEELHOUSE, Built, run, venv
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-WHEELHOUSE = ROOT / "build" / "wheelhouse"
-VERSION = runtime.__version__
 CONFIGMAPS = resources.default_registry.for_kind("v1", "ConfigMap")
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "runtime", "api", "controllers")
-_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
 
-
-def run(*args: str | os.PathLike[str], cwd: pathlib.Path | None = None) -> str:
-    """Run a command with no network index and no user pip configuration; its stdout."""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))},
-        "PIP_NO_INDEX": "1",
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    }
-    done = subprocess.run(
-        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-class Built:
-    def __init__(self, directory: pathlib.Path) -> None:
-        self.dir = directory
-        self.framework_sdist = directory / f"k8s_controller_runtime-{VERSION}.tar.gz"
-        self.operator_sdist = directory / f"rayservice_operator-{VERSION}.tar.gz"
-        self.framework = directory / f"k8s_controller_runtime-{VERSION}-py3-none-any.whl"
-        self.operator = directory / f"rayservice_operator-{VERSION}-py3-none-any.whl"
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    assert (WHEELHOUSE / ".complete").is_file(), (
-        f"{WHEELHOUSE} is missing or incomplete: run `make wheelhouse` (needs PyPI once)"
-    )
-    setuptools = version.Version(importlib.metadata.version("setuptools"))
-    assert setuptools >= version.Version("77"), (
-        f"setuptools {setuptools} cannot build these pyprojects (license expressions): "
-        "run `make venv` (the dev extra asks for setuptools>=77)"
-    )
-    source = tmp_path_factory.mktemp("source")
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=_IGNORED)
-        else:
-            shutil.copy2(ROOT / name, source / name)
-    out = Built(tmp_path_factory.mktemp("dist"))
-    for project in (source / "runtime", source):
-        build = f"import setuptools.build_meta as b; b.build_sdist({str(out.dir)!r})"
-        run(sys.executable, "-c", build, cwd=project)
-    for sdist in (out.framework_sdist, out.operator_sdist):
-        run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-            "--wheel-dir", out.dir, sdist)  # fmt: skip
-    return out
-
-
-def venv(directory: pathlib.Path, *wheels: pathlib.Path) -> pathlib.Path:
-    """A fresh venv at ``directory`` with ``wheels`` and their dependencies from the
-    wheelhouse only; its python."""
-    run(sys.executable, "-m", "venv", "--without-pip", directory)
-    python = directory / "bin" / "python"
-    run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-index",
-        "--find-links", WHEELHOUSE, *wheels)  # fmt: skip
-    return python
+# The build, the venvs and the commands the install tests share
+# (tests/integration/distributions_harness.py).
+built = d.built
 
 
 def pip_check(python: pathlib.Path) -> str:
