@@ -9,6 +9,11 @@ The rules for a fenced block in ``docs/**/*.md``:
   root) - that file is run by its own tests. (A directive, not a ``python`` fence,
   so that ruff's Markdown formatting leaves the quoted indentation alone; the
   caption shows the file on the page);
+- the same directive with ``:name: quickstart/PATH`` (and ``:caption: PATH``, for the
+  reader): the whole file ``PATH`` of the project ``docs/quickstart.md`` builds, only
+  on that page. ``tests/integration/test_quickstart.py`` writes each such file into a
+  fresh directory outside the checkout and runs the project there, from an install of
+  the framework's wheel; it claims every one (its ``FILES``), checked here;
 - ``text``: output or a diagram, nothing to run;
 - ``sh``: commands for a reader's shell; each ``make`` target one names must exist
   (``tests/unit/repository/test_readme.py`` checks that, and the links);
@@ -33,6 +38,10 @@ from tests.unit import helpers
 DOCS = helpers.ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+QUICKSTART = DOCS / "quickstart.md"
+QUICKSTART_FILE = "quickstart/"
+"""The ``:name:`` prefix of a whole file of the quickstart's project."""
+EXCERPTS = ("{code-block} python", "{code-block} yaml")
 
 
 def blocks(page: pathlib.Path) -> list[tuple[str, str, int]]:
@@ -42,6 +51,18 @@ def blocks(page: pathlib.Path) -> list[tuple[str, str, int]]:
         (m.group(1).strip(), m.group(2), text.count("\n", 0, m.start()) + 1)
         for m in FENCE.finditer(text)
     ]
+
+
+def quickstart_files(page: pathlib.Path = QUICKSTART) -> dict[str, str]:
+    """``PATH`` -> content of each block of ``page`` named ``quickstart/PATH``."""
+    files = {}
+    for info, body, _ in blocks(page):
+        if info in EXCERPTS:
+            options, content = _options(body)
+            name = options.get("name", "")
+            if name.startswith(QUICKSTART_FILE):
+                files[name.removeprefix(QUICKSTART_FILE)] = content
+    return files
 
 
 def test_the_guides_are_there() -> None:
@@ -60,11 +81,17 @@ def test_every_block_runs_or_is_quoted_verbatim(page: pathlib.Path) -> None:
     runnable: list[tuple[str, int]] = []
     for info, body, line in blocks(page):
         where = f"{page.relative_to(helpers.ROOT)}:{line}"
-        if info in ("{code-block} python", "{code-block} yaml"):
-            path, excerpt = _excerpt(body)
+        if info in EXCERPTS:
+            options, content = _options(body)
+            path = options.get("caption", "")
+            name = options.get("name", "")
+            if name.startswith(QUICKSTART_FILE):  # a whole file: test_quickstart.py runs it
+                assert page == QUICKSTART, f"{where}: a quickstart file outside {QUICKSTART.name}"
+                assert path == name.removeprefix(QUICKSTART_FILE), f"{where}: caption {path!r}"
+                continue
             assert path, f"{where}: an excerpt needs :caption: <the file it quotes>"
             source = (helpers.ROOT / path).read_text()
-            assert excerpt in source, f"{where}: excerpt no longer in {path}:\n{excerpt}"
+            assert content in source, f"{where}: excerpt no longer in {path}:\n{content}"
         elif info.startswith("{") or info in ("text", "sh"):
             continue
         elif info == "python":
@@ -75,17 +102,25 @@ def test_every_block_runs_or_is_quoted_verbatim(page: pathlib.Path) -> None:
         _run(page, runnable)
 
 
-def _excerpt(body: str) -> tuple[str, str]:
-    """The ``:caption:`` of a ``{code-block}`` and its content after the options."""
+def test_every_quickstart_file_is_claimed_by_its_test() -> None:
+    from tests.integration import test_quickstart  # imported here: it imports this module
+
+    assert test_quickstart.PAGE == QUICKSTART
+    assert set(quickstart_files()) == set(test_quickstart.FILES), (
+        "the files of docs/quickstart.md are the ones tests/integration/test_quickstart.py runs"
+    )
+
+
+def _options(body: str) -> tuple[dict[str, str], str]:
+    """The ``:key: value`` options of a ``{code-block}`` and its content after them."""
     lines = body.splitlines(keepends=True)
-    options = 0
-    caption = ""
-    while options < len(lines) and lines[options].startswith(":"):
-        key, _, value = lines[options][1:].partition(":")
-        if key == "caption":
-            caption = value.strip()
-        options += 1
-    return caption, "".join(lines[options:])
+    options: dict[str, str] = {}
+    count = 0
+    while count < len(lines) and lines[count].startswith(":"):
+        key, _, value = lines[count][1:].partition(":")
+        options[key] = value.strip()
+        count += 1
+    return options, "".join(lines[count:])
 
 
 def _run(page: pathlib.Path, runnable: list[tuple[str, int]]) -> None:
