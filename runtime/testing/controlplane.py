@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import dataclasses
 import fcntl
 import http.client
@@ -70,7 +71,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from runtime import tls
@@ -802,29 +803,45 @@ class ControlPlane:
 
     # -- CRDs and etcd -----------------------------------------------------------------------
 
-    def install_crds(self, directory: pathlib.Path, timeout: float = 30.0) -> list[str]:
-        """Create (or replace) every CRD in ``directory`` and wait until each is served."""
-        import yaml  # kubernetes-asyncio's dependency; only needed here
+    def install_crds(
+        self,
+        source: os.PathLike[str] | str | Mapping[str, Any] | Iterable[Mapping[str, Any]],
+        timeout: float = 30.0,
+    ) -> list[str]:
+        """Create (or replace) each CRD of ``source`` and wait until each is served; their
+        names. ``source``: a directory (every ``.yaml``, ``.yml`` and ``.json`` file in it),
+        one such file, one CRD as a mapping, or several. Documents of other kinds are
+        skipped."""
+        import yaml
 
+        docs: list[Any] = []
+        if isinstance(source, Mapping):
+            docs = [source]
+        elif isinstance(source, str | os.PathLike):
+            path = pathlib.Path(source)
+            files = sorted(path.iterdir()) if path.is_dir() else [path]
+            for file in files:
+                if file.suffix in (".yaml", ".yml", ".json"):
+                    docs.extend(yaml.safe_load_all(file.read_text()))
+        else:
+            docs = list(source)
         names = []
-        for path in sorted(pathlib.Path(directory).iterdir()):
-            if path.suffix not in (".yaml", ".yml", ".json"):
+        for given in docs:
+            if not isinstance(given, Mapping) or given.get("kind") != "CustomResourceDefinition":
                 continue
-            for doc in yaml.safe_load_all(path.read_text()):
-                if not doc or doc.get("kind") != "CustomResourceDefinition":
-                    continue
-                name = doc["metadata"]["name"]
-                base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-                try:
-                    self.request("POST", base, doc)
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
-                    current = self.request("GET", f"{base}/{name}")
-                    doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                    self.request("PUT", f"{base}/{name}", doc)
-                names.append(name)
-                self._wait_crd_served(doc, timeout)
+            doc = copy.deepcopy(dict(given))
+            name = doc["metadata"]["name"]
+            base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+            try:
+                self.request("POST", base, doc)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                current = self.request("GET", f"{base}/{name}")
+                doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                self.request("PUT", f"{base}/{name}", doc)
+            names.append(name)
+            self._wait_crd_served(doc, timeout)
         return names
 
     def _wait_crd_served(self, crd: dict[str, Any], timeout: float) -> None:

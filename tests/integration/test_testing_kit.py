@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 import structlog
+import yaml
 
 import runtime
 from examples import configmap_mirror
@@ -275,3 +276,39 @@ def test_manager_options_default_to_the_test_namespace_on_loopback() -> None:
     overridden = pytest_plugin.manager_options("test-ns", namespace=None, namespaces=["a", "b"])
     assert overridden.namespace is None
     assert overridden.namespaces == ("a", "b")
+
+
+def gadget_crd(plural: str) -> dict[str, Any]:
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.kit.example.com"},
+        "spec": {"group": "kit.example.com", "scope": "Namespaced",
+                 "names": {"plural": plural, "singular": plural[:-1], "kind": plural.title()[:-1]},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]},
+    }  # fmt: skip
+
+
+def test_install_crds_takes_a_mapping_several_a_file_or_a_directory(
+    kube_control_plane: controlplane.ControlPlane, tmp_path: pathlib.Path
+) -> None:
+    cp = kube_control_plane
+    assert cp.install_crds(gadget_crd("gadgets")) == ["gadgets.kit.example.com"]
+    assert cp.install_crds([gadget_crd("gizmos"), {"kind": "ConfigMap"}]) == [
+        "gizmos.kit.example.com"
+    ]
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(gadget_crd("widgetas")))
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    assert cp.install_crds(tmp_path / "one.yaml") == ["widgetas.kit.example.com"]
+    assert cp.install_crds(str(tmp_path)) == ["widgetas.kit.example.com"]  # again: replaced
+    for plural in ("gadgets", "gizmos", "widgetas"):
+
+        def listed(plural: str = plural) -> bool:
+            try:  # a replaced CRD's storage answers 429 while it re-initializes
+                return cp.request("GET", f"/apis/kit.example.com/v1/{plural}")["items"] == []
+            except controlplane.ApiError as exc:
+                if exc.status != 429:
+                    raise
+                return False
+
+        helpers.eventually_sync(listed, within=30, what=f"{plural} served")
