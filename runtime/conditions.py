@@ -18,7 +18,8 @@ A condition is a mapping with ``type``, ``status`` (``"True"``, ``"False"`` or
   return whether the list changed (setting what is there already changes nothing, so
   the status writer has nothing to write);
 - :func:`remove` drops a type (``RemoveStatusCondition``); :func:`is_false` is
-  ``IsStatusConditionFalse`` (absent is neither true nor false).
+  ``IsStatusConditionFalse`` (absent is neither true nor false) and :func:`has_status`
+  ``IsStatusConditionPresentAndEqual``.
 
 Times are RFC 3339 strings (:func:`runtime.clock.rfc3339`); nothing here reads a clock.
 
@@ -45,6 +46,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "find",
+    "has_status",
     "is_false",
     "is_true",
     "make",
@@ -80,6 +82,18 @@ def of(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
     return found
 
 
+def has_status(obj: Mapping[str, Any] | None, type_: str, status: str) -> bool:
+    """Whether a raw object has condition ``type_`` with ``status`` (Go's
+    ``IsStatusConditionPresentAndEqual``); absent is never equal.
+
+    >>> has_status({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}},
+    ...            "Ready", "Unknown")
+    True
+    """
+    found = of(obj, type_)
+    return found is not None and found.get("status") == status
+
+
 def is_true(obj: Mapping[str, Any] | None, type_: str) -> bool:
     """Whether a raw object has condition ``type_`` with status ``"True"``.
 
@@ -88,20 +102,13 @@ def is_true(obj: Mapping[str, Any] | None, type_: str) -> bool:
     >>> is_true({}, "Ready")
     False
     """
-    found = of(obj, type_)
-    return found is not None and found.get("status") == "True"
+    return has_status(obj, type_, "True")
 
 
 def is_false(obj: Mapping[str, Any] | None, type_: str) -> bool:
-    """Whether a raw object has condition ``type_`` with status ``"False"``.
-
-    >>> is_false({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "Ready")
-    True
-    >>> is_false({}, "Ready")
-    False
-    """
-    found = of(obj, type_)
-    return found is not None and found.get("status") == "False"
+    """Whether a raw object has condition ``type_`` with status ``"False"`` (absent is
+    neither true nor false)."""
+    return has_status(obj, type_, "False")
 
 
 def transition_time(previous: Mapping[str, Any] | None, status: str, now: str) -> str:

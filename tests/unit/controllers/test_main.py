@@ -305,11 +305,12 @@ def test_defaults_reach_the_manager(ran: Ran, kubeconfig: pathlib.Path) -> None:
         name="rayservice-operator",
         leader_election=True,
         leader_election_id="ray-operator-leader",
+        metrics_bind_address=":8080",
         health_probe_bind_address=":8082",
         cache_by_resource=controllers.setup.cache_by_resource(),
         events=controllers.setup.EVENT_OPTIONS,
-    ), "the Manager's defaults, but KubeRay's leader election (on) and probe port, and the "
-    "operator's cache filters"
+    ), "the Manager's defaults, but KubeRay's leader election (on), its metrics and probe "
+    "ports on every interface (the framework's are loopback), and the operator's cache filters"
     assert options.cache_by_resource["pods"].label_selector == (
         "ray.io/node-type in (head,worker,redis-cleanup)"
     )

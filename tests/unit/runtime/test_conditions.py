@@ -94,3 +94,11 @@ def test_remove_and_is_false() -> None:
     assert conditions.remove(listed, "A")
     assert not conditions.remove(listed, "A")
     assert listed == [{"type": "B", "status": "Unknown"}]
+
+
+def test_has_status_is_present_and_equal() -> None:
+    obj = {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
+    assert conditions.has_status(obj, "Ready", "Unknown")
+    assert not conditions.has_status(obj, "Ready", "True")
+    assert not conditions.has_status(obj, "Synced", "Unknown")
+    assert not conditions.has_status(None, "Ready", "Unknown")
