@@ -80,9 +80,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 __all__ = [
-    "ALL_COMPONENTS",
-    "DEFAULT_COMPONENTS",
-    "MODULES_DIR",
     "AssetsError",
     "BuildError",
     "Pins",
