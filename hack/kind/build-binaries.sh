@@ -61,7 +61,8 @@ install_cmd coredns "${COREDNS_VERSION}" 0 "" "github.com/coredns/coredns@${CORE
 if ! { built kubelet "${K8S_VERSION}" && built kubeadm "${K8S_VERSION}" && built kube-proxy "${K8S_VERSION}"; }; then
   mod="${CACHE}/src/kubernetes-${K8S_VERSION}"
   rm -rf "${mod}" && mkdir -p "${mod}"
-  cp "${HERE}/../controlplane/kubernetes/go.mod" "${HERE}/../controlplane/kubernetes/go.sum" "${mod}/"
+  modules="${HERE}/../../runtime/testing/controlplane-modules/kubernetes"  # the control plane's pins
+  cp "${modules}/go.mod" "${modules}/go.sum" "${mod}/"
   printf '%s\n' '//go:build tools' '' 'package tools' '' 'import (' \
     '	_ "k8s.io/kubernetes/cmd/kubelet"' '	_ "k8s.io/kubernetes/cmd/kubeadm"' \
     '	_ "k8s.io/kubernetes/cmd/kube-proxy"' ')' > "${mod}/tools.go"

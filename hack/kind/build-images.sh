@@ -106,7 +106,7 @@ node() {
   printf '%s\n' "FROM rso-kind/rootfs-node:${DEBIAN_SUITE}" "COPY kube-proxy /usr/local/bin/kube-proxy" > "${kbin}/Dockerfile"
   docker build -q -t "registry.k8s.io/kube-proxy:${K8S_VERSION}" -f "${kbin}/Dockerfile" "${kbin}" >/dev/null
   local pause_src
-  pause_src="$(cd "${HERE}/../controlplane/kubernetes" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')/build/pause/linux/pause.c"
+  pause_src="$(cd "${HERE}/../../runtime/testing/controlplane-modules/kubernetes" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')/build/pause/linux/pause.c"
   gcc -Os -Wall -Werror -static -DVERSION="v${PAUSE_TAG}-${K8S_VERSION}" -o "${kbin}/pause" "${pause_src}"
   printf '%s\n' "FROM scratch" "COPY pause /pause" "USER 65535:65535" 'ENTRYPOINT ["/pause"]' > "${kbin}/Dockerfile"
   docker build -q -t "registry.k8s.io/pause:${PAUSE_TAG}" -f "${kbin}/Dockerfile" "${kbin}" >/dev/null
