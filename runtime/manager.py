@@ -35,6 +35,10 @@ the elected leader.
    ``leader_election_namespace`` says otherwise;
 5. the other runnables (controllers).
 
+**Event-loop lag.** From :meth:`Manager.start` until it returns, the histogram
+``event_loop_lag_seconds`` samples how late the one event loop runs what is due
+(:attr:`Options.event_loop_lag_interval`; :mod:`runtime._internal.looplag`).
+
 **Supervision.** Every runnable's task and the elector's are watched from
 the moment they start: a runnable that fails, is cancelled or returns before
 it was asked to, an elector that ends (lease lost, or a bug), make
@@ -78,7 +82,7 @@ from aiohttp import web
 
 from runtime import delegatedauth, events, leaderelection, metrics
 from runtime import tls as tls_
-from runtime._internal import aio
+from runtime._internal import aio, looplag
 from runtime.cache import cache as cache_
 from runtime.cache import informer as informer_
 from runtime.client import client as client_
@@ -232,6 +236,11 @@ class Options:
     cache_sync_timeout: float = 120.0
     """Seconds the caches get to sync at start-up. Default 120 s."""
 
+    event_loop_lag_interval: float | None = 0.25
+    """Seconds between two samples of ``event_loop_lag_seconds`` (how late the event loop
+    ran a timer: the wait every reconcile, watch event and handler shares, whatever the
+    queues and rate limiters say). ``None`` samples nothing. Default 0.25 s."""
+
     component: str = ""
     """Name used for Events' source. Default ``""``: ``name``."""
 
@@ -383,6 +392,12 @@ class Manager:
         elector_task: asyncio.Task[None] | None = None
         elector_stop = asyncio.Event()
         failure: BaseException | None = None
+        lag_stop = asyncio.Event()
+        lag: asyncio.Task[None] | None = None
+        if self.options.event_loop_lag_interval is not None:
+            lag = asyncio.create_task(
+                looplag.watch(lag_stop, self.options.event_loop_lag_interval), name="loop-lag"
+            )
         try:
             await self._start_servers()
             early = [r for r in self._runnables if _before_caches(r)]
@@ -418,7 +433,12 @@ class Manager:
             failure = exc
             raise
         finally:
-            await self._shutdown(started, elector_task, elector_stop, failure)
+            try:
+                await self._shutdown(started, elector_task, elector_stop, failure)
+            finally:
+                lag_stop.set()
+                if lag is not None:
+                    await aio.cancel_and_wait([lag])
 
     async def _wait_for_caches(self, stop: asyncio.Event, early: list[_Started]) -> bool:
         """True once the caches synced, False if ``stop`` was set or an ``early`` runnable

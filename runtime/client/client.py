@@ -28,7 +28,10 @@ Contract:
   one that nobody named is ``k8s-controller-runtime``, never an operator.
 - **Client-side rate limiting** is off by default (``Options.qps=None``, as in
   controller-runtime since v0.21, relying on the server's priority and
-  fairness); set ``qps``/``burst`` to turn the token bucket on.
+  fairness); set ``qps``/``burst`` to turn the token bucket on. Each throttled request's
+  wait for its token (0 when one was there) is observed in
+  ``rest_client_rate_limiter_duration_seconds`` (histogram by ``verb`` and ``host``, with
+  client-go's name, labels and buckets).
 - **Write observers**: after each successful create/update/patch (also of
   ``status``), every function added with :meth:`Client.add_write_observer` is
   called with the object the server returned; after each successful delete,
@@ -118,6 +121,14 @@ _requests = metrics.Family(
     "Number of HTTP requests, partitioned by status code, method, and host.",
     "counter",
     ("code", "method", "host"),
+)
+_limiter_wait = metrics.Family(
+    "rest_client_rate_limiter_duration_seconds",
+    "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+    "histogram",
+    ("verb", "host"),
+    # client-go's buckets (k8s.io/component-base/metrics/prometheus/restclient)
+    buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0),
 )
 
 
@@ -387,10 +398,12 @@ class Client:
 
     # -- the transport -----------------------------------------------------------------------
 
-    async def _throttle(self) -> None:
-        """Wait for a token of the client-side bucket, when one is configured."""
+    async def _throttle(self, method: str) -> None:
+        """Wait for a token of the client-side bucket, when one is configured; the wait
+        (0 when a token was there) goes into ``rest_client_rate_limiter_duration_seconds``."""
         if self._bucket is not None:
             delay = self._bucket.when(None)
+            _limiter_wait.histogram(method, self._host_label).observe(delay)
             if delay > 0:
                 await asyncio.sleep(delay)
 
@@ -497,7 +510,7 @@ class Client:
         (:class:`errors.ResponseTooLarge`); a redirect is returned, never followed."""
         method = method.upper()
         if throttle:
-            await self._throttle()
+            await self._throttle(method)
         all_headers = await self._headers(None)
         all_headers.update(headers or {})
         async with self._get_session().request(
@@ -523,7 +536,7 @@ class Client:
         self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
         content_type: str | None, request_timeout: float | None,
     ) -> Any:  # fmt: skip
-        await self._throttle()
+        await self._throttle(method)
         data: bytes | io.BytesIO | None = None
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -730,7 +743,7 @@ class Client:
         if send_initial_events:
             query["sendInitialEvents"] = "true"
             query["resourceVersionMatch"] = "NotOlderThan"
-        await self._throttle()
+        await self._throttle("GET")
         session = self._get_session()
         timeout = aiohttp.ClientTimeout(
             total=None,

@@ -14,6 +14,7 @@ from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
 import runtime
+from runtime import metrics as runtime_metrics
 from runtime.client import client as client_
 from runtime.client import errors, resources
 from tests.unit import helpers
@@ -278,14 +279,32 @@ async def test_client_side_rate_limit_when_turned_on() -> None:
         k8s.Configuration(host=f"http://127.0.0.1:{port}"),
         options=client_.Options(qps=20, burst=2),
     )
+    waits = client_._limiter_wait.histogram("GET", f"127.0.0.1:{port}")
     try:
         t0 = asyncio.get_running_loop().time()
         for _ in range(6):
             await limited.get(CM, "ns", "x")
         assert asyncio.get_running_loop().time() - t0 >= 0.19  # 4 requests beyond the burst
+        # Each request's wait is observed: 2 from the burst at once, 4 waited ~50 ms each.
+        assert waits.count == 6
+        assert 0.15 <= waits.sum <= 0.6
+        assert waits.counts[0] >= 2  # the burst: under the first bucket (5 ms)
     finally:
         await limited.close()
         await runner.cleanup()
+
+
+def test_the_rate_limiter_histogram_is_client_gos() -> None:
+    """Name, type, labels and buckets as client-go's, so dashboards built for it work."""
+    (family,) = [
+        m for m in runtime_metrics.registry.collect()
+        if m.name == "rest_client_rate_limiter_duration_seconds"
+    ]  # fmt: skip
+    assert family.type == "histogram"
+    assert client_._limiter_wait.labelnames == ("verb", "host")
+    assert client_._limiter_wait.buckets == (
+        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0
+    )  # fmt: skip
 
 
 async def _ok(request: web.Request) -> web.Response:
