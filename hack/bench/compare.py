@@ -70,6 +70,15 @@ simulator counts what the heads got.
   :meth:`runtime.testing.process.ChildProcess.cpu_seconds`) of the operator process, read
   before it stops.
 
+``detail["phases"]``: per phase (``init``: create -> all Ready; ``steady``; ``upgrade``;
+``delete``) its seconds, each process's CPU seconds and cores busy on average (the
+operator, kube-apiserver, etcd, kwok, kube-controller-manager, kube-scheduler, the
+simulator: :func:`cpu_snapshot`) and the operator's histograms observed in it
+(:data:`RUNTIME_METRICS`: our client-side limiter's waits, our event-loop lag, both
+operators' work-queue wait and work). ``detail["rps_timeline"]``: the operator's requests
+per second of the run by ``verb resource`` (proxy subresources left out) and every
+client's, from the audit log.
+
 ``detail["timeline"]``: where each service's start-up time went, from the audit log
 (:func:`timeline`, :data:`TIMELINE_EVENTS`): per step the median, p90 and max over the
 services of its seconds after the service's create (``timeline_p50_s``: the medians).
@@ -94,6 +103,7 @@ import argparse
 import asyncio
 import copy
 import datetime
+import itertools
 import json
 import logging
 import os
@@ -228,7 +238,7 @@ def start_operator(
     operator: str, kubeconfig: pathlib.Path, work: pathlib.Path, args: argparse.Namespace
 ) -> _common.Manager:
     if operator == "kuberay":
-        return kuberay(args.kuberay_bin, kubeconfig, work)
+        return kuberay(args.kuberay_bin, kubeconfig, work, args.kuberay_flag)
     profile = args.profile / f"ours-n{args.services}.prof" if args.profile else None
     return _common.Manager.ours(kubeconfig, work, [
         "--use-kubernetes-proxy", "--log-level", args.manager_log_level, "--log-format", "json",
@@ -334,6 +344,18 @@ def operator_figures(
         run_from <= t < run_to and not p and w.split(" ")[0] in AUDIT_WRITE_VERBS))  # fmt: skip
     conflicts = tally(events, lambda t, w, _p, c: (
         run_from <= t < run_to and c == 409 and w.split(" ")[0] in AUDIT_WRITE_VERBS))  # fmt: skip
+    rps: dict[str, Any] = {"t0": run_from.isoformat(), "operator": {}, "all_clients": []}
+    for stamp, client, what, proxy_, _code in events:
+        if not run_from <= stamp < run_to:
+            continue
+        second = int((stamp - run_from).total_seconds())
+        total = rps["all_clients"]
+        total.extend([0] * (second + 1 - len(total)))
+        total[second] += 1
+        if client == who and not proxy_:
+            series = rps["operator"].setdefault(what, [])
+            series.extend([0] * (second + 1 - len(series)))
+            series[second] += 1
     mine = steady.get(who, {})
     proxy = sum(n for k, n in mine.items() if k.split(" ")[1].endswith("/proxy"))
     api = sum(mine.values()) - proxy
@@ -350,6 +372,7 @@ def operator_figures(
         "steady_by_client": steady,
         "operator_writes_by_kind": writes.get(who, {}),
         "conflicts_by_client": conflicts,
+        "rps_timeline": rps,
     }
 
 
@@ -372,6 +395,93 @@ def reconciles(process: _common.Manager) -> dict[str, float]:
         elif name == "controller_runtime_reconcile_time_seconds_sum":
             key = labels.get("controller", "") + " seconds"
             out[key] = round(out.get(key, 0) + value, 3)
+    return out
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its waited-for children; 0 once it is gone."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rpartition(")")[2].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(
+    cp: controlplane.ControlPlane, sim: raysim.Simulator, process: _common.Manager
+) -> dict[str, float]:
+    """CPU seconds so far of each process on the machine's 2 cores: the operator, every
+    control-plane component (kube-apiserver, etcd, kwok, ...) and the Ray simulator."""
+    out = {name: proc_cpu_seconds(pid) for name, pid in cp.pids().items()}
+    out["simulator"] = sum(proc_cpu_seconds(pid) for pid in sim.pids())
+    out["operator"] = process.cpu_seconds()
+    return out
+
+
+RUNTIME_METRICS = (
+    "rest_client_rate_limiter_duration_seconds",
+    "event_loop_lag_seconds",
+    "workqueue_queue_duration_seconds",
+    "workqueue_work_duration_seconds",
+)
+"""The operator's histograms read at each phase's end (:func:`runtime_snapshot`): the
+client-side limiter's waits (ours; controller-runtime does not export it), the event
+loop's lag (ours), and the work queues' wait and work (both)."""
+
+
+def runtime_snapshot(process: _common.Manager) -> dict[str, Any]:
+    """``{metric: {"sum", "count", "buckets": {le: cumulative}}}`` of
+    :data:`RUNTIME_METRICS`, every label set added up (the work queues' by queue name
+    too, under ``"<metric> <name>"``); empty if ``/metrics`` does not answer."""
+    out: dict[str, Any] = {}
+    try:
+        samples = process.metrics()
+    except (OSError, _common.BenchError):
+        return out
+    for name, labels, value in samples:
+        for metric in RUNTIME_METRICS:
+            if not name.startswith(metric):
+                continue
+            suffix = name[len(metric) :]
+            keys = [metric]
+            if metric.startswith("workqueue_") and labels.get("name"):
+                keys.append(f"{metric} {labels['name']}")
+            for key in keys:
+                row = out.setdefault(key, {"sum": 0.0, "count": 0.0, "buckets": {}})
+                if suffix == "_sum":
+                    row["sum"] += value
+                elif suffix == "_count":
+                    row["count"] += value
+                elif suffix == "_bucket":
+                    le = labels.get("le", "+Inf")
+                    row["buckets"][le] = row["buckets"].get(le, 0.0) + value
+    return out
+
+
+def histogram_delta(after: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
+    """Per metric of two :func:`runtime_snapshot` s: ``count``, ``sum`` (s), ``mean`` (s),
+    ``p50``/``p99``/``max`` (the upper bound of the bucket that holds them, s) of what was
+    observed between them."""
+    out: dict[str, Any] = {}
+    for key, row in after.items():
+        old = before.get(key, {"sum": 0.0, "count": 0.0, "buckets": {}})
+        count = row["count"] - old["count"]
+        total = row["sum"] - old["sum"]
+        buckets = sorted(
+            ((float(le), n - old["buckets"].get(le, 0.0)) for le, n in row["buckets"].items()),
+        )
+        figures: dict[str, Any] = {
+            "count": int(count), "sum": round(total, 3),
+            "mean": round(total / count, 4) if count else 0.0,
+        }  # fmt: skip
+        for label, share in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
+            figures[label] = next(
+                (le if le != float("inf") else None
+                 for le, n in buckets if count and n >= share * count),
+                None,
+            )  # fmt: skip
+        out[key] = figures
     return out
 
 
@@ -484,6 +594,13 @@ async def scenario(
     async with client:
         # -- init --------------------------------------------------------------------------
         before = rayservice_bench.api_counts(cp)
+        marks: list[tuple[str, float, dict[str, float], dict[str, Any]]] = []
+
+        def mark(phase: str) -> None:  # the end of ``phase`` (``start``: the beginning)
+            marks.append((phase, time.monotonic(), cpu_snapshot(cp, sim, process),
+                          runtime_snapshot(process)))  # fmt: skip
+
+        mark("start")
         started = time.monotonic()
         run_from = now()
         await asyncio.gather(*(
@@ -501,6 +618,7 @@ async def scenario(
             key: run_from + datetime.timedelta(seconds=at) for key, at in seen.items()
         }
         windows["init"] = (run_from, now())
+        mark("init")
         result["time_to_ready_s"] = round(ready_s, 2)
         log(f"{operator}: all {count} Ready in {ready_s:.1f} s; settling {args.settle_seconds} s")
         await asyncio.sleep(args.settle_seconds)
@@ -521,6 +639,7 @@ async def scenario(
         await asyncio.sleep(args.steady_seconds)
         process.check_alive()
         steady_to = now()
+        mark("steady")
         windows["steady"] = (steady_from, steady_to)
         after_steady = rayservice_bench.api_counts(cp)
         plane_after = rayservice_bench.data_plane(sim)
@@ -556,6 +675,7 @@ async def scenario(
             key: upgrade_from + datetime.timedelta(seconds=at) for key, at in seen.items()
         }
         windows["upgrade"] = (upgrade_from, now())
+        mark("upgrade")
         result["time_to_upgraded_s"] = round(upgrade_s, 2)
         log(f"{operator}: all {count} upgraded in {upgrade_s:.1f} s; "
             f"settling {args.settle_seconds} s")  # fmt: skip
@@ -575,6 +695,7 @@ async def scenario(
         ))  # fmt: skip
         result["time_to_deleted_s"] = round(await gone(
             client, process, args.upgrade_timeout, delete_started), 2)  # fmt: skip
+        mark("delete")
         log(f"{operator}: all deleted in {result['time_to_deleted_s']:.1f} s; "
             f"settling {args.settle_seconds} s")  # fmt: skip
         await asyncio.sleep(args.settle_seconds)
@@ -583,6 +704,18 @@ async def scenario(
         windows["run"] = (run_from, now())
         whole = rayservice_bench.minus(at_deleted, before)
 
+    # Where each phase's time went: every process's CPU (seconds, and cores busy on
+    # average), the operator's limiter waits, event-loop lag and work-queue wait/work.
+    detail["phases"] = {}
+    for (_, t_from, cpu_from, rt_from), (phase, t_to, cpu_to, rt_to) in itertools.pairwise(marks):
+        seconds = t_to - t_from
+        cpu = {name: round(cpu_to[name] - cpu_from.get(name, 0.0), 2) for name in cpu_to}
+        detail["phases"][phase] = {
+            "seconds": round(seconds, 2),
+            "cpu_s": cpu,
+            "cores_busy": {name: round(v / seconds, 2) for name, v in cpu.items() if seconds},
+            "histograms": histogram_delta(rt_to, rt_from),
+        }
     conflicts = rayservice_bench.conflicts(whole)
     result.update(phase_figures("init", init, count))
     result.update(phase_figures("steady", steady, count))
@@ -848,6 +981,12 @@ def main(argv: list[str] | None = None) -> int:
         "--kuberay-version",
         default=DEFAULT_KUBERAY,
         help=f"the KubeRay peer (default {DEFAULT_KUBERAY}; v1.5.0 needs no checkout)",
+    )
+    parser.add_argument(
+        "--kuberay-flag",
+        action="append",
+        default=[],
+        help="one more flag for KubeRay's operator (repeatable; e.g. --kuberay-flag=--qps=-1)",
     )
     parser.add_argument(
         "--kuberay-bin",

@@ -387,6 +387,16 @@ class ControlPlane:
     def api_url(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
+    def pids(self) -> dict[str, int]:
+        """The running components' process ids by name (``etcd``, ``kube-apiserver``,
+        ``kube-controller-manager`` ...): for reading their CPU and memory in ``/proc``."""
+        with self._lock:
+            return {
+                proc.name: proc.popen.pid
+                for proc in self._procs
+                if proc.popen is not None and proc.alive()
+            }
+
     def start(self) -> ControlPlane:
         """Start every component and wait until each is ready; stop all on failure."""
         if self.dir is not None:

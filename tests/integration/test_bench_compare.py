@@ -99,8 +99,16 @@ def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
         assert set(run["detail"]) >= {
             "steady_nonwatch_by_kind", "steady_proxy_by_kind", "data_plane_steady_by_kind",
             "writes_by_kind", "steady_by_client", "operator_writes_by_kind",
-            "conflicts_by_client",
+            "conflicts_by_client", "phases", "rps_timeline",
         }  # fmt: skip
+        # Where the time went: every process's CPU per phase, the requests per second.
+        phases = run["detail"]["phases"]
+        assert list(phases) == ["init", "steady", "upgrade", "delete"]
+        assert phases["init"]["cpu_s"]["kube-apiserver"] > 0, phases["init"]
+        assert {"operator", "etcd", "simulator"} <= set(phases["init"]["cpu_s"])
+        assert phases["init"]["histograms"]["workqueue_queue_duration_seconds"]["count"] > 0
+        rps = run["detail"]["rps_timeline"]
+        assert sum(rps["all_clients"]) > sum(sum(v) for v in rps["operator"].values()) > 0
     # Each run's steady traffic is its own operator's: KubeRay's client never shows up in
     # our run, and KubeRay's proxy requests go to the simulated heads.
     ours, kuberay = runs
@@ -108,6 +116,12 @@ def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
     assert "kuberay-operator" in kuberay["detail"]["steady_by_client"]
     assert kuberay["steady_proxy_requests_per_min"] > 0
     assert kuberay["dashboard_requests_per_min_per_svc"] > 0
+    # Ours exports its client-side limiter's waits (qps 100 by default) and its event
+    # loop's lag; controller-runtime exports neither.
+    histograms = ours["detail"]["phases"]["init"]["histograms"]
+    assert histograms["rest_client_rate_limiter_duration_seconds"]["count"] > 0
+    assert histograms["event_loop_lag_seconds"]["count"] > 0
+    assert "event_loop_lag_seconds" not in kuberay["detail"]["phases"]["init"]["histograms"]
 
     heading = (summary["bench"], summary["services"], summary["steady_seconds"], summary["rounds"],
                summary["kuberay_version"], summary["head_only"])  # fmt: skip
