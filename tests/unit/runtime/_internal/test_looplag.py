@@ -11,10 +11,12 @@ from runtime._internal import looplag
 
 
 def test_its_name_type_and_labels() -> None:
-    (family,) = [m for m in runtime_metrics.registry.collect() if m.name == "event_loop_lag_seconds"]
+    families = runtime_metrics.registry.collect()
+    (family,) = [m for m in families if m.name == "event_loop_lag_seconds"]
     assert family.type == "histogram"
     assert looplag.HISTOGRAM.labelnames == ()
-    assert looplag.HISTOGRAM.buckets[0] == 0.001 and looplag.HISTOGRAM.buckets[-1] == 4.096
+    assert looplag.HISTOGRAM.buckets[0] == 0.001
+    assert looplag.HISTOGRAM.buckets[-1] == 4.096
 
 
 async def test_a_callback_that_blocks_the_loop_is_seen_as_lag() -> None:
@@ -23,7 +25,7 @@ async def test_a_callback_that_blocks_the_loop_is_seen_as_lag() -> None:
     stop = asyncio.Event()
     task = asyncio.ensure_future(looplag.watch(stop, interval=0.02))
     await asyncio.sleep(0.05)
-    time.sleep(0.2)  # the whole loop is blocked: the timer due meanwhile runs late
+    time.sleep(0.2)  # noqa: ASYNC251  # on purpose: the whole loop is blocked: the timer due meanwhile runs late
     await asyncio.sleep(0.05)
     stop.set()
     await asyncio.wait_for(task, 1)
