@@ -131,6 +131,7 @@ import api.v1 as v1  # noqa: E402
 from runtime.client import client as client_  # noqa: E402
 from runtime.client import errors  # noqa: E402
 from runtime.testing import controlplane  # noqa: E402
+from runtime.testing import process as process_  # noqa: E402
 from tests.support import raysim  # noqa: E402
 
 __all__ = ["main"]
@@ -401,11 +402,9 @@ def reconciles(process: _common.Manager) -> dict[str, float]:
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of ``pid`` and its waited-for children; 0 once it is gone."""
     try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+        return process_.cpu_seconds(pid)
     except OSError:
         return 0.0
-    fields = stat.rpartition(")")[2].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_snapshot(

@@ -33,7 +33,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
-__all__ = ["ChildExited", "ChildProcess", "die_with_parent", "tail"]
+__all__ = ["ChildExited", "ChildProcess", "cpu_seconds", "die_with_parent", "tail"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -110,9 +110,7 @@ class ChildProcess:
 
     def cpu_seconds(self) -> float:
         """CPU seconds of the process and its waited-for children (see the module docstring)."""
-        stat = pathlib.Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat.rpartition(")")[2].split()  # after ")" the fields start at number 3
-        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pid)
 
     def stop(self, timeout: float = 30.0) -> float:
         """SIGTERM to its group, SIGKILL after ``timeout`` (and to what the group still holds
@@ -128,3 +126,15 @@ class ChildProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)  # what the group still holds
         return time.monotonic() - started
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of any process ``pid`` and its waited-for children, from
+    ``/proc/<pid>/stat`` (``OSError`` once it is gone).
+
+    >>> cpu_seconds(os.getpid()) >= 0
+    True
+    """
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rpartition(")")[2].split()  # after ")" the fields start at number 3
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
