@@ -16,8 +16,9 @@ arguments: ``--metrics-addr`` (``--metrics-bind-address``),
 Giving a flag under both names with different values is an error. Boolean flags
 also take Go's ``--flag=true|false`` form, and every flag Go's single-dash form
 (``-watch-namespace=a``). Like KubeRay, the client allows
-``--qps 100`` requests per second with bursts of ``--burst 200``
-(``--qps 0``: no client-side limit), leader election is on unless
+``--qps 100`` requests per second with bursts of ``--burst 200`` **for each API
+resource** (KubeRay's controller-runtime client has a REST client, so a token bucket,
+per kind; ``--qps 0``: no client-side limit), leader election is on unless
 ``--leader-elect=false``, and probes are served on ``:8082``.
 
 Every other flag of KubeRay v1.7.0's ``main.go`` is accepted too, so its Helm chart's
@@ -185,8 +186,10 @@ class Settings(BaseSettings):
     metrics_cert_name: str = Field("tls.crt", description="the certificate's file name there")
     metrics_cert_key: str = Field("tls.key", description="the key's file name there")
     reconcile_concurrency: int = Field(1, ge=1, le=256, description="workers per controller")
-    qps: float = Field(100, ge=0, description="client-side requests per second; 0: no limit")
-    burst: int = Field(200, ge=1, description="client-side burst above --qps")
+    qps: float = Field(
+        100, ge=0, description="client-side requests per second per API resource; 0: no limit"
+    )
+    burst: int = Field(200, ge=1, description="client-side burst above --qps (per resource)")
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="json in clusters, console on a terminal (auto)"
     )

@@ -28,7 +28,13 @@ Contract:
   one that nobody named is ``k8s-controller-runtime``, never an operator.
 - **Client-side rate limiting** is off by default (``Options.qps=None``, as in
   controller-runtime since v0.21, relying on the server's priority and
-  fairness); set ``qps``/``burst`` to turn the token bucket on. Each throttled request's
+  fairness); set ``qps``/``burst`` to turn token buckets on. There is **one bucket per
+  API resource** (``Options.rate_limit_scope="resource"``, the default: group and
+  resource read from the request's path, a subresource sharing its parent's bucket, any
+  other path one bucket of its own), as controller-runtime's client, which makes one
+  REST client and so one client-go bucket per kind: the same ``qps`` then allows the
+  same throughput as there. ``rate_limit_scope="client"`` makes one bucket for every
+  request of the client. Each throttled request's
   wait for its token (0 when one was there) is observed in
   ``rest_client_rate_limiter_duration_seconds`` (histogram by ``verb`` and ``host``, with
   client-go's name, labels and buckets).
@@ -96,6 +102,7 @@ __all__ = [
     "RawResponse",
     "WatchEvent",
     "identity",
+    "limiter_key",
 ]
 
 PatchType = Literal["merge", "json", "strategic", "apply"]
@@ -155,6 +162,11 @@ class Options:
 
     burst: int = 10
     """Bucket size when ``qps`` is set. Default 10."""
+
+    rate_limit_scope: Literal["resource", "client"] = "resource"
+    """What one token bucket limits when ``qps`` is set: ``"resource"`` (default) each API
+    resource's requests (``pods``, ``rayservices.ray.io``, ...; subresources with their
+    resource), as controller-runtime's per-kind REST clients; ``"client"`` all of them."""
 
     name: str | None = None
     """Who writes through this client (the operator's name): the default of
@@ -218,6 +230,34 @@ def identity(options: Options) -> tuple[str, str]:
     return options.field_manager or name, agent
 
 
+def limiter_key(path: str) -> str:
+    """The API resource a request's path names (``<resource>.<group>``, ``<resource>`` in the
+    core group), its subresources and its collection included; ``""`` for any other path.
+    With ``Options.rate_limit_scope="resource"`` each key has its own token bucket.
+
+    >>> limiter_key("/apis/ray.io/v1/namespaces/ns/rayservices/s/status")
+    'rayservices.ray.io'
+    >>> limiter_key("/api/v1/pods"), limiter_key("/api/v1/namespaces/ns/pods/p/log")
+    ('pods', 'pods')
+    >>> limiter_key("/api/v1/namespaces"), limiter_key("/api/v1/namespaces/ns")
+    ('namespaces', 'namespaces')
+    >>> limiter_key("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l?x=1")
+    'leases.coordination.k8s.io'
+    >>> limiter_key("/version"), limiter_key("/apis/ray.io/v1"), limiter_key("/apis")
+    ('', '', '')
+    """
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "api" and len(parts) > 2:
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis" and len(parts) > 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return ""
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    return f"{rest[0]}.{group}" if group else rest[0]
+
+
 WriteObserver = Callable[[Obj], None]
 DeleteObserver = Callable[[resources.Resource, str | None, str, Any], None]
 
@@ -259,11 +299,9 @@ class Client:
         self._session: aiohttp.ClientSession | None = None
         # Watch connections until their socket is closed: see close().
         self._watch_transports: dict[asyncio.Future[None], asyncio.Transport] = {}
-        self._bucket = (
-            ratelimiter.TokenBucket(self.options.qps, self.options.burst)
-            if self.options.qps
-            else None
-        )
+        # Token buckets by limiter key (limiter_key(path), or "" for the whole client):
+        # made on first use, so an unlimited client holds none.
+        self._buckets: dict[str, ratelimiter.TokenBucket] = {}
         self._write_observers: list[WriteObserver] = []
         self._delete_observers: list[DeleteObserver] = []
         self._writing: weakref.WeakValueDictionary[ObjectKey, asyncio.Lock] = (
@@ -398,11 +436,23 @@ class Client:
 
     # -- the transport -----------------------------------------------------------------------
 
-    async def _throttle(self, method: str) -> None:
-        """Wait for a token of the client-side bucket, when one is configured; the wait
-        (0 when a token was there) goes into ``rest_client_rate_limiter_duration_seconds``."""
-        if self._bucket is not None:
-            delay = self._bucket.when(None)
+    def _bucket(self, path: str) -> ratelimiter.TokenBucket | None:
+        """The token bucket a request to ``path`` waits for; None without ``qps``."""
+        qps = self.options.qps
+        if not qps:
+            return None
+        key = limiter_key(path) if self.options.rate_limit_scope == "resource" else ""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = ratelimiter.TokenBucket(qps, self.options.burst)
+        return bucket
+
+    async def _throttle(self, method: str, path: str) -> None:
+        """Wait for a token of the request's client-side bucket, when ``qps`` is set; the
+        wait (0 when a token was there) goes into ``rest_client_rate_limiter_duration_seconds``."""
+        bucket = self._bucket(path)
+        if bucket is not None:
+            delay = bucket.when(None)
             _limiter_wait.histogram(method, self._host_label).observe(delay)
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -510,7 +560,7 @@ class Client:
         (:class:`errors.ResponseTooLarge`); a redirect is returned, never followed."""
         method = method.upper()
         if throttle:
-            await self._throttle(method)
+            await self._throttle(method, path)
         all_headers = await self._headers(None)
         all_headers.update(headers or {})
         async with self._get_session().request(
@@ -536,7 +586,7 @@ class Client:
         self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
         content_type: str | None, request_timeout: float | None,
     ) -> Any:  # fmt: skip
-        await self._throttle(method)
+        await self._throttle(method, path)
         data: bytes | io.BytesIO | None = None
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -743,7 +793,7 @@ class Client:
         if send_initial_events:
             query["sendInitialEvents"] = "true"
             query["resourceVersionMatch"] = "NotOlderThan"
-        await self._throttle("GET")
+        await self._throttle("GET", resource.path(namespace))
         session = self._get_session()
         timeout = aiohttp.ClientTimeout(
             total=None,

@@ -80,7 +80,7 @@ async def test_events_go_through_a_client_of_their_own_with_the_same_identity() 
     mgr = manager.Manager(client, manager.Options(name="mirror"))
     events_client = mgr.events_client
     assert events_client is not client, "Events must not spend the controllers' token bucket"
-    assert events_client._bucket is not client._bucket
+    assert events_client._buckets is not client._buckets
     assert (events_client.options.qps, events_client.options.burst) == (7, 9)
     assert client_.identity(events_client.options) == client_.identity(client.options)
     assert events_client.registry is client.registry

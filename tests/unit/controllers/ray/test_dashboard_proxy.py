@@ -226,7 +226,7 @@ async def test_data_plane_calls_through_the_proxy_are_outside_the_qps_budget(
     controller-runtime's HTTP client, outside client-go's rate limiter, too."""
     server, owner = proxied
     bucket = RecordingBucket()
-    api[1]._bucket = bucket  # type: ignore[assignment]
+    api[1]._bucket = lambda path: bucket  # type: ignore[assignment,method-assign,return-value]
     server.answers += [
         headserver.recorded_response("get-two-running.json"),
         web.Response(status=200),
