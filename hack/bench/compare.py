@@ -769,12 +769,15 @@ async def gone(
 
 TIMELINE_EVENTS = (
     "cluster_created", "head_pod_bound", "head_pod_running", "head_svc_created",
-    "first_serve_put", "serve_svc_created", "cluster_annotated", "services_updated",
+    "first_dashboard_get", "first_dashboard_ok", "first_serve_put", "serve_svc_created",
+    "cluster_annotated", "services_updated",
     "old_cluster_deleted", "first_status_write", "last_status_write", "ready_seen",
 )  # fmt: skip
 """Per RayService, in the start-up window, seconds after the benchmark's create answered:
 the operator's first RayCluster create; the scheduler's binding and kwok's first status
-patch of the head pod; the operator's first create of a head Service, first Serve PUT
+patch of the head pod; the operator's first create of a head Service, first dashboard
+GET through the API server's proxy (whatever it answered) and first one answered 2xx,
+first Serve PUT
 (``services/proxy`` or ``pods/proxy``), create of ``<name>-serve-svc``, first and last
 RayService status write before Ready was seen; the benchmark's first poll that saw it
 Ready (all applications RUNNING and endpoints). In the upgrade (``upgrade_timeline``),
@@ -816,11 +819,19 @@ def timeline(
             ref = event.get("objectRef") or {}
             name = str(ref.get("name") or "")
             match = _SERVICE_NAME.match(name)
-            if not match or int((event.get("responseStatus") or {}).get("code") or 0) >= 300:
+            if not match:
                 continue
             key = (str(ref.get("namespace") or ""), match.group(1))
             client = str(event.get("userAgent") or "-").split("/")[0].split(" ")[0]
             what = (event.get("verb"), ref.get("resource"), ref.get("subresource") or "")
+            code = int((event.get("responseStatus") or {}).get("code") or 0)
+            if client == who and what[0] == "get" and (what[1], what[2]) in PROXY_SUBRESOURCES:
+                mark("first_dashboard_get", key, at)
+                if 200 <= code < 300:
+                    mark("first_dashboard_ok", key, at)
+                continue
+            if code >= 300:
+                continue
             if client == BENCH_USER_AGENT.split("/")[0]:
                 if what == (start, "rayservices", ""):
                     created.setdefault(key, at)

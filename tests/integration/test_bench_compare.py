@@ -67,7 +67,8 @@ def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
         # The start-up timeline: every step seen once, in the order it must happen.
         line = run["detail"]["timeline"]
         steps = ("cluster_created", "head_pod_bound", "head_pod_running", "head_svc_created",
-                 "first_serve_put", "serve_svc_created", "first_status_write",
+                 "first_dashboard_get", "first_dashboard_ok", "first_serve_put",
+                 "serve_svc_created", "first_status_write",
                  "last_status_write", "ready_seen")  # fmt: skip
         assert {e: line[e]["n"] for e in steps if e in line} == dict.fromkeys(steps, 1), line
         assert "old_cluster_deleted" not in line, "nothing is deleted while starting"
@@ -81,6 +82,8 @@ def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
         p50 = run["timeline_p50_s"]
         assert 0 <= p50["cluster_created"] <= p50["head_pod_bound"] <= p50["head_pod_running"]
         assert p50["head_pod_running"] <= p50["first_serve_put"] <= p50["ready_seen"], p50
+        # The Serve PUT follows a dashboard GET that was answered.
+        assert p50["first_dashboard_get"] <= p50["first_dashboard_ok"] <= p50["first_serve_put"]
         assert p50["first_status_write"] <= p50["last_status_write"] <= p50["ready_seen"], p50
         # Each operator wrote its statuses and made its own traffic.
         assert run["init_rayservice_status_writes_per_svc"] >= 1, run
