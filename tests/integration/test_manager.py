@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 import runtime
+import runtime.status  # its status_writes_total, as any operator writing statuses has
 from examples import configmap_mirror
 from runtime.client import client as client_
 from runtime.client import errors, resources
