@@ -20,11 +20,15 @@ has several workers.
 What the outcome of :meth:`Reconciler.reconcile` means:
 
 - **returns** ``Result()``: success. The key's retry backoff is reset; it is not
-  requeued until something changes.
+  requeued until something changes (a requeue an earlier pass asked for is dropped).
 - **returns** ``Result(requeue_after=d)``: success, look again in ``d`` (seconds
   or a :class:`~datetime.timedelta`; must be > 0). Backoff is reset and the key is
   added after ``d`` - the way to poll something that sends no events (a Ray
   dashboard, a deadline). An earlier event still triggers an earlier reconcile.
+  The newest successful pass decides: its ``d`` replaces the time an earlier pass
+  asked for, also when it is later (controller-runtime keeps the earliest, so a
+  pass run by an event between two polls adds a pass). Return the earliest of
+  everything the pass found due.
 - **raises** an exception: a transient failure. It is logged with its traceback
   and the key is requeued with the rate limiter's growing delay (5 ms, 10 ms, ...
   up to 1000 s, and at most 10 per second overall by default). Any ``Result`` is

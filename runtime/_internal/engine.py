@@ -9,9 +9,13 @@ outcome                         queue operation                              ``r
 raises (anything)               ``add_rate_limited`` (backoff grows)         ``error``
 raises/wraps ``TerminalError``  ``forget``, no requeue; counted as terminal  ``error``
 exceeds the timeout             ``add_rate_limited``                         ``error``
-``Result(requeue_after=d)``     ``forget``, then ``add_after(d)``            ``requeue_after``
-``Result()`` / ``None``         ``forget``                                   ``success``
+``Result(requeue_after=d)``     ``forget``, then ``requeue_after(d)``        ``requeue_after``
+``Result()`` / ``None``         ``forget``, ``cancel_requeue``               ``success``
 ==============================  ===========================================  =================
+
+A pass that ends (with or without ``requeue_after``) replaces the requeue an earlier pass
+of its key asked for (:meth:`runtime.workqueue.delaying.DelayingQueue.requeue_after`):
+the newest pass saw the newest state. A failed pass leaves it (its retry is a pass too).
 
 "Raises (anything)" includes a :class:`asyncio.CancelledError` that is not the
 cancellation of the worker itself (``Task.cancelling()`` is zero: a future the
@@ -296,9 +300,10 @@ class Engine:
         else:
             queue.forget(request)
             if result.requeue_after is not None:
-                queue.add_after(request, result.requeue_after)
+                queue.requeue_after(request, result.requeue_after)
                 self._results["requeue_after"].value += 1
             else:
+                queue.cancel_requeue(request)
                 self._results["success"].value += 1
             # One line per pass (failures have theirs above), so a test's manager log
             # tells what the reconciler did; at the operator's default level it is dropped

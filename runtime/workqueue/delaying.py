@@ -17,6 +17,15 @@ Contract (client-go's delaying queue):
 - After shutdown, ``add_after`` is ignored and waiting keys are dropped.
 - Each ``add_after`` counts one ``workqueue_retries_total`` for a named queue.
 
+**A reconcile's own requeue** (:meth:`DelayingQueue.requeue_after`, beyond client-go):
+each key has one more timer, which a newer call **replaces**, also by a later one, and
+:meth:`DelayingQueue.cancel_requeue` drops. A controller sets it from each finished
+pass (``Result(requeue_after=...)``): the newest pass, which saw the newest state,
+says when to look again, so a poll timer an older pass asked for does not cause an
+extra pass. Waits of ``add_after`` (event delays, backoff) are independent of it: it
+neither postpones nor cancels them. It counts in ``workqueue_retries_total`` as
+``add_after`` does, and ``waiting`` counts keys with either timer.
+
 >>> from runtime.testing.clock import FakeClock
 >>> clock = FakeClock()
 >>> q = DelayingQueue(clock=clock)
@@ -25,6 +34,12 @@ Contract (client-go's delaying queue):
 (1, 1)
 >>> clock.advance(5); len(q), q.waiting
 (2, 0)
+>>> q = DelayingQueue(clock=clock)
+>>> q.requeue_after("a", 2); q.requeue_after("a", 10)  # a newer pass: in 10 s
+>>> clock.advance(5); len(q), q.waiting
+(0, 1)
+>>> clock.advance(5); len(q), q.waiting
+(1, 0)
 """
 
 from __future__ import annotations
@@ -56,11 +71,39 @@ class DelayingQueue(queue.Queue[T]):
         self._seq = itertools.count()
         self._timer: clock_.TimerHandle | None = None
         self._timer_at = float("inf")
+        # key -> the timer of its reconcile's own requeue (requeue_after).
+        self._requeues: dict[T, clock_.TimerHandle] = {}
 
     @property
     def waiting(self) -> int:
-        """Number of keys waiting for their delay to pass."""
-        return len(self._ready_at)
+        """Number of keys waiting for their delay to pass (either timer)."""
+        if not self._requeues:
+            return len(self._ready_at)
+        return len(self._ready_at.keys() | self._requeues.keys())
+
+    def requeue_after(self, item: T, delay: float) -> None:
+        """Add ``item`` after ``delay`` seconds, replacing the time of this method's last
+        call for ``item`` (see the module docstring); ``add_after``'s waits stay."""
+        if self._shutting_down:
+            return
+        if self._metrics is not None:
+            self._metrics.retries += 1
+        self.cancel_requeue(item)
+        if delay <= 0:
+            self.add(item)
+            return
+
+        def due() -> None:
+            if self._requeues.pop(item, None) is not None:
+                self.add(item)
+
+        self._requeues[item] = self._clock.call_later(delay, due)
+
+    def cancel_requeue(self, item: T) -> None:
+        """Drop ``item``'s :meth:`requeue_after` timer, if it has one."""
+        handle = self._requeues.pop(item, None)
+        if handle is not None:
+            handle.cancel()
 
     def add_after(self, item: T, delay: float) -> None:
         """Add ``item`` after ``delay`` seconds (see the module docstring)."""
@@ -92,6 +135,9 @@ class DelayingQueue(queue.Queue[T]):
         self._timer_at = float("inf")
         self._heap.clear()
         self._ready_at.clear()
+        for handle in self._requeues.values():
+            handle.cancel()
+        self._requeues.clear()
 
     def _compact(self) -> None:
         """Drop the stale entries left by keys brought forward (amortised O(1) per add)."""

@@ -225,6 +225,53 @@ async def test_requeue_after_is_honoured() -> None:
         assert count("controller_runtime_reconcile_total", h.name, result="requeue_after") == 3
 
 
+async def test_a_newer_pass_replaces_the_requeue_an_older_one_asked_for() -> None:
+    """A pass run by an event between two polls sets the next poll; the older pass's
+    poll timer causes no pass of its own (controller-runtime would run it)."""
+    times: list[float] = []
+    after = iter([2.0, 10.0, None])
+    h: Harness
+
+    async def handler(req: reconcile.Request) -> reconcile.Result:
+        times.append(h.clock.now())
+        return reconcile.Result(requeue_after=next(after))
+
+    h = Harness(handler)
+    async with h:
+        h.send()  # pass 1 at 0: look again in 2 s
+        await h.idle()
+        await h.advance(1)
+        h.send()  # pass 2 at 1 (an event): look again in 10 s
+        await h.idle()
+        await h.advance(5)
+        assert times == pytest.approx([0, 1]), "pass 1's timer (at 2) was replaced"
+        await h.advance(5)
+        assert times == pytest.approx([0, 1, 11])
+        await h.advance(60)
+        assert times == pytest.approx([0, 1, 11]), "pass 3 asked for nothing"
+        assert h.clock.pending_timers == 0
+
+
+async def test_a_pass_without_requeue_drops_an_older_passs_requeue() -> None:
+    times: list[float] = []
+    after = iter([5.0, None])
+    h: Harness
+
+    async def handler(req: reconcile.Request) -> reconcile.Result:
+        times.append(h.clock.now())
+        return reconcile.Result(requeue_after=next(after, None))
+
+    h = Harness(handler)
+    async with h:
+        h.send()
+        await h.idle()
+        await h.advance(1)
+        h.send()  # this pass found nothing due
+        await h.idle()
+        await h.advance(30)
+        assert times == pytest.approx([0, 1])
+
+
 async def test_reconcile_timeout_cancels_and_retries() -> None:
     attempts = 0
     cancelled = False

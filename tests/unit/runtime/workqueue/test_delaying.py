@@ -47,6 +47,56 @@ async def test_earlier_ready_time_wins() -> None:
     assert await drain(q) == [], "a superseded entry must not fire again"
 
 
+async def test_requeue_after_is_replaced_by_the_newer_call_even_a_later_one() -> None:
+    clock = fake.FakeClock()
+    q: delaying.DelayingQueue[str] = delaying.DelayingQueue(clock=clock)
+    q.requeue_after("k", 2)
+    q.requeue_after("k", 5)  # postpones it: the newer pass decides
+    assert q.waiting == 1
+    clock.advance(4.9)
+    assert await drain(q) == []
+    clock.advance(0.1)
+    assert await drain(q) == ["k"]
+    clock.advance(20)
+    assert await drain(q) == [], "the replaced timer never fires"
+    assert clock.pending_timers == 0
+
+
+async def test_requeue_after_and_add_after_are_independent() -> None:
+    """An event delay (add_after) is neither postponed nor dropped by a pass's requeue,
+    and a pass's requeue is not brought forward by it."""
+    clock = fake.FakeClock()
+    q: delaying.DelayingQueue[str] = delaying.DelayingQueue(clock=clock)
+    q.add_after("k", 1)
+    q.requeue_after("k", 10)
+    q.cancel_requeue("other")  # nothing to drop: no error
+    assert q.waiting == 1, "one key, two timers"
+    clock.advance(1)
+    assert await drain(q) == ["k"]
+    assert q.waiting == 1
+    clock.advance(9)
+    assert await drain(q) == ["k"]
+    q.requeue_after("k", 3)
+    q.add_after("k", 5)
+    q.cancel_requeue("k")
+    clock.advance(3)
+    assert await drain(q) == [], "cancelled"
+    clock.advance(2)
+    assert await drain(q) == ["k"], "add_after's wait stayed"
+
+
+async def test_requeue_after_zero_adds_now_and_shutdown_drops_the_timers() -> None:
+    clock = fake.FakeClock()
+    q: delaying.DelayingQueue[str] = delaying.DelayingQueue(clock=clock)
+    q.requeue_after("now", 0)
+    assert await drain(q) == ["now"]
+    q.requeue_after("later", 5)
+    q.shutdown()
+    q.requeue_after("after-shutdown", 1)
+    assert q.waiting == 0
+    assert clock.pending_timers == 0
+
+
 async def test_zero_or_negative_delay_is_an_immediate_add() -> None:
     q: delaying.DelayingQueue[str] = delaying.DelayingQueue(clock=fake.FakeClock())
     q.add_after("a", 0)
