@@ -238,17 +238,29 @@ class Plan:
     """Seconds until something is due (a ``delete-after``, the initializing deadline)."""
     poll: float | None = None
     """Seconds until the next dashboard poll, before the slow-dashboard floor."""
+    deploying: bool = False
+    """The target's Serve applications are being deployed (a config submitted this pass,
+    or one not ``RUNNING``): what the next poll looks for is their change
+    (:mod:`controllers.rayservice.poller` may poll off the worker)."""
     slow_dashboard_factor: float = 0.0
     memory: Memory = Memory()
     """What to remember for the next pass."""
     service: Obj = dataclasses.field(default_factory=dict)
     now: datetime.datetime | None = None
 
+    def poll_after(self, spent: float) -> float | None:
+        """When to poll the dashboard, given that it took ``spent`` seconds (at least
+        ``slow_dashboard_factor`` times that: fairness to the other RayServices)."""
+        if self.poll is None:
+            return None
+        return max(self.poll, spent * self.slow_dashboard_factor)
+
     def requeue_after(self, spent: float) -> float | None:
         """When to look again, given that the dashboard took ``spent`` seconds."""
         wake = list(self.wake)
-        if self.poll is not None:
-            wake.append(max(self.poll, spent * self.slow_dashboard_factor))
+        poll = self.poll_after(spent)
+        if poll is not None:
+            wake.append(poll)
         positive = [w for w in wake if w > 0]
         return min(positive) if positive else None
 
@@ -692,6 +704,7 @@ def _report(done: _Pass, serving: Plan, wake: tuple[float, ...], settings: Setti
     if served.polled:
         steady = served.ready and held.pending is None and decided.draining is None
         poll, memory = _next_poll(memory, written, steady=steady, settings=settings)
+    deploying = served.polled and not served.ready and failure is None and done.steps is None
     deadline = _initializing_deadline(snapshot, written, now)
     return dataclasses.replace(
         serving,
@@ -700,6 +713,7 @@ def _report(done: _Pass, serving: Plan, wake: tuple[float, ...], settings: Setti
         error=failure,
         wake=(*wake, *((deadline,) if deadline is not None else ())),
         poll=poll,
+        deploying=deploying,
         memory=memory,
     )
 

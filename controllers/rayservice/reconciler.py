@@ -42,7 +42,11 @@ ready and nothing changed between two polls, at doubling intervals up to
 sooner than ``slow_dashboard_factor`` (4) times its pass took: fairness to the other
 RayServices sharing the workers (a 1.9 s answer is asked for every 7.6 s, not 2 s).
 A dashboard that cannot be reached, or refuses the config, raises: the work queue
-retries with its growing backoff (never a 2 s loop).
+retries with its growing backoff (never a 2 s loop). With a
+:class:`controllers.rayservice.poller.Poller` (the operator's setup gives one), a
+pending deploy is polled at the same cadence **off the worker**: no pass runs until
+Serve's answer differs, so one RayService's readiness never waits behind the
+unchanged polls of all the others.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from controllers.ray import dashboard, tokens
 from controllers.raycluster import interface as raycluster
 from controllers.rayservice import act, clusters, gateway, observe, report
 from controllers.rayservice import plan as plan_
+from controllers.rayservice import poller as poller_
 from runtime import events, objects
 from runtime import reconcile as reconcile_
 from runtime.cache import cache as cache_
@@ -139,8 +144,11 @@ class Reconciler:
         options: Options | None = None,
         *,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        poller: poller_.Poller | None = None,
     ) -> None:
         self.client = client
+        self.poller = poller
+        """Polls Serve off the worker while a deploy is pending; None: passes poll."""
         self.cache = cache
         self.recorder = recorder
         self.dashboards = dashboards
@@ -156,6 +164,8 @@ class Reconciler:
         """Hints per RayService (:class:`controllers.rayservice.plan.Memory`)."""
 
     async def reconcile(self, request: reconcile_.Request) -> reconcile_.Result:
+        if self.poller is not None:
+            self.poller.stop(request)  # this pass reads Serve itself and decides again
         try:
             service = await self.cache.get(v1.RAYSERVICES, request.namespace, request.name)
         except errors.NotFound:
@@ -202,7 +212,18 @@ class Reconciler:
             self._memory[request] = decided.memory
         view = seen.snapshot.serve
         spent = view.spent if view is not None else 0.0
+        watch = None
+        if self.poller is not None and decided.deploying and view is not None:
+            client = seen.dashboards.get(view.cluster)
+            interval = decided.poll_after(spent)
+            if client is not None and view.details is not None and interval is not None:
+                watch = (client, poller_.fingerprint(view.details), interval)
+                decided = dataclasses.replace(decided, poll=None)  # the poller's, not a pass's
         after = await self.executor.act(service, decided, spent=spent, dashboards=seen.dashboards)
+        if watch is not None:
+            assert self.poller is not None
+            client, seen_serve, interval = watch
+            self.poller.watch(request, client, seen_serve, interval=interval)
         return reconcile_.Result(requeue_after=after) if after is not None else reconcile_.Result()
 
     # -- lifecycle --------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from controllers import rbac
 from controllers.ray import dashboard, retries
 from controllers.raycluster import interface as raycluster
 from controllers.rayservice import clusters, gateway, services
+from controllers.rayservice import poller as poller_
 from controllers.rayservice import reconciler as reconciler_
 from runtime import builder, handler, predicate, reconcile
 from runtime import controller as controller_
@@ -76,6 +77,21 @@ def serve_endpoint_owner(obj: dict[str, Any]) -> Iterator[reconcile.Request]:
         stem, _, suffix = str(owner).rpartition("-")
         if stem and len(suffix) == 5:  # a per-cluster serve Service: <svc>-<5 characters>
             yield reconcile.Request(meta.get("namespace") or "", stem)
+
+
+def of_a_serve_service(event: Any) -> bool:
+    """An EndpointSlice of a serve Service (``<name>-serve-svc``, a custom
+    ``spec.serveService``, a per-cluster ``<cluster>-serve-svc``: the ones whose ready
+    endpoints a RayService counts), known by the ``ray.io/serve`` label the EndpointSlice
+    controller copies from them; the head Service's slices wake no pass.
+
+    >>> from runtime.cache.informer import Event
+    >>> serve = {"metadata": {"labels": {"ray.io/serve": "svc-serve"}}}
+    >>> head = {"metadata": {"labels": {"ray.io/node-type": "head"}}}
+    >>> of_a_serve_service(Event("add", serve)), of_a_serve_service(Event("add", head))
+    (True, False)
+    """
+    return raycluster.SERVE_LABEL in (event.obj["metadata"].get("labels") or {})
 
 
 def head_readiness_changed(event: Any) -> bool:
@@ -189,22 +205,32 @@ def setup(
     options: reconciler_.Options | None = None,
     max_concurrent_reconciles: int = 1,
     skip_name_validation: bool = False,
+    serve_poller: bool = True,
 ) -> controller_.Controller:
     """Register the RayService controller with ``manager``; returns it.
 
     ``dashboards`` hands out the dashboard clients (one
     :class:`controllers.ray.dashboard.Dashboards` per manager; close it on shutdown).
-    ``skip_name_validation``: allow a second controller of this name in the process."""
+    ``skip_name_validation``: allow a second controller of this name in the process.
+    ``serve_poller``: poll pending deploys off the worker
+    (:class:`controllers.rayservice.poller.Poller`, a source of the controller and a
+    runnable of the manager); ``False``: every poll is a pass."""
     v1.add_to_registry(manager.client.registry)
+    poller = poller_.Poller() if serve_poller else None
     reconciler = reconciler_.Reconciler(
-        manager.client, manager.cache, manager.recorder(RECORDER), dashboards, options
-    )
+        manager.client, manager.cache, manager.recorder(RECORDER), dashboards, options,
+        poller=poller,
+    )  # fmt: skip
     built = (
         builder.Builder(manager)
         .for_(v1.RAYSERVICES, predicates=(predicate.spec_or_metadata_changed,))
         .owns(v1.RAYCLUSTERS, predicates=(not_only_serve_config_hash,))
         .owns(services.SERVICES)
-        .watches(services.ENDPOINT_SLICES, handler.map_to(serve_endpoint_owner))
+        .watches(
+            services.ENDPOINT_SLICES,
+            handler.map_to(serve_endpoint_owner),
+            predicates=(of_a_serve_service,),
+        )
         .watches(
             raycluster.PODS,
             handler.map_to(head_pod_owner(manager.cache)),
@@ -215,7 +241,7 @@ def setup(
         for resource in (gateway.GATEWAYS, gateway.HTTPROUTES):
             manager.client.registry.register(resource)
             built = built.owns(resource)
-    return (
+    ctrl = (
         built.with_options(
             max_concurrent_reconciles=max_concurrent_reconciles,
             skip_name_validation=skip_name_validation,
@@ -224,3 +250,7 @@ def setup(
         .named(NAME)
         .complete(reconciler)
     )
+    if poller is not None:
+        ctrl.watch(poller.channel)
+        manager.add(poller)
+    return ctrl
