@@ -595,9 +595,12 @@ async def scenario(
         before = rayservice_bench.api_counts(cp)
         marks: list[tuple[str, float, dict[str, float], dict[str, Any]]] = []
 
+        planes: dict[str, dict[str, int]] = {}
+
         def mark(phase: str) -> None:  # the end of ``phase`` (``start``: the beginning)
             marks.append((phase, time.monotonic(), cpu_snapshot(cp, sim, process),
                           runtime_snapshot(process)))  # fmt: skip
+            planes[phase] = rayservice_bench.data_plane(sim)
 
         mark("start")
         started = time.monotonic()
@@ -715,6 +718,15 @@ async def scenario(
             "cores_busy": {name: round(v / seconds, 2) for name, v in cpu.items() if seconds},
             "histograms": histogram_delta(rt_to, rt_from),
         }
+    # What the operator asked the dashboards in each phase, and the API server's proxy
+    # requests (every client's) that carried it.
+    detail["data_plane_by_phase"] = {}
+    for prev, phase in itertools.pairwise(planes):
+        delta = rayservice_bench.minus(planes[phase], planes[prev])
+        detail["data_plane_by_phase"][phase] = {k: n for k, n in sorted(delta.items()) if n}
+    detail["proxy_by_phase"] = {
+        phase: nonwatch(delta)[1] for phase, delta in (("init", init), ("upgrade", upgrade))
+    }
     conflicts = rayservice_bench.conflicts(whole)
     result.update(phase_figures("init", init, count))
     result.update(phase_figures("steady", steady, count))

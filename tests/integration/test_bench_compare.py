@@ -72,6 +72,11 @@ def test_both_operators_reach_ready_and_upgrade(bin_dir: pathlib.Path) -> None:
                  "last_status_write", "ready_seen")  # fmt: skip
         assert {e: line[e]["n"] for e in steps if e in line} == dict.fromkeys(steps, 1), line
         assert "old_cluster_deleted" not in line, "nothing is deleted while starting"
+        # What the dashboards were asked, per phase: one PUT to start, one to upgrade.
+        plane = run["detail"]["data_plane_by_phase"]
+        assert plane["init"]["dashboard PUT /api/serve/applications/"] == 1, plane
+        assert plane["upgrade"]["dashboard PUT /api/serve/applications/"] == 1, plane
+        assert run["detail"]["proxy_by_phase"]["init"], "the dashboard reached through the proxy"
         # ... and the upgrade's: a new cluster, traffic moved, the old one deleted.
         up = run["detail"]["upgrade_timeline"]
         for step in ("cluster_created", "first_serve_put", "services_updated",
