@@ -247,13 +247,7 @@ async def test_silent_watch_hits_the_inactivity_timeout() -> None:
         await asyncio.sleep(1)
         return response
 
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", silent)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await _answering(silent)
     client = client_.Client(
         k8s.Configuration(host=f"http://127.0.0.1:{port}"),
         options=client_.Options(watch_inactivity_timeout=0.2),
@@ -268,13 +262,7 @@ async def test_silent_watch_hits_the_inactivity_timeout() -> None:
 
 
 async def test_client_side_rate_limit_when_turned_on() -> None:
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", _ok)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await _answering(_ok)
     limited = client_.Client(
         k8s.Configuration(host=f"http://127.0.0.1:{port}"),
         options=client_.Options(qps=20, burst=2),
@@ -302,13 +290,7 @@ async def test_each_api_resource_has_its_own_bucket_unless_scoped_to_the_client(
 ) -> None:
     """controller-runtime's client limits each kind apart (a REST client per kind): a burst
     spent on ConfigMaps leaves Secrets theirs; a subresource spends its resource's."""
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", _ok)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await _answering(_ok)
     limited = client_.Client(
         k8s.Configuration(host=f"http://127.0.0.1:{port}"),
         options=client_.Options(qps=2, burst=1, rate_limit_scope=scope),  # type: ignore[arg-type]
@@ -339,6 +321,17 @@ def test_the_rate_limiter_histogram_is_client_gos() -> None:
     assert client_._limiter_wait.buckets == (
         0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0
     )  # fmt: skip
+
+
+async def _answering(handler: Any) -> tuple[web.AppRunner, int]:
+    """A local server answering every GET with ``handler``, and its port."""
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
 
 async def _ok(request: web.Request) -> web.Response:
