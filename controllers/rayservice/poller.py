@@ -103,7 +103,6 @@ class Poller:
             self._poll(request, client, seen, interval), name=f"serve-poll {request}"
         )
         self._watches[request] = task
-        task.add_done_callback(lambda done: self._ended(request, done))
 
     def stop(self, request: reconcile.Request) -> None:
         """End ``request``'s watch, if it has one."""
@@ -132,10 +131,6 @@ class Poller:
         finally:
             await self.close()
 
-    def _ended(self, request: reconcile.Request, task: asyncio.Task[None]) -> None:
-        if self._watches.get(request) is task:
-            del self._watches[request]
-
     async def _poll(
         self,
         request: reconcile.Request,
@@ -143,15 +138,17 @@ class Poller:
         seen: Any,
         interval: float,
     ) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            async with self._reads:
-                try:
-                    details = await client.get_serve_applications()
-                except Exception:  # the pass reads it again and reports it
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                async with self._reads:
+                    try:
+                        details = await client.get_serve_applications()
+                    except Exception:  # the pass reads it again and reports it
+                        break
+                if fingerprint(details) != seen:
                     break
-            if fingerprint(details) != seen:
-                break
-        # Sent from the task itself: a stop() meanwhile has cancelled it before this.
-        self._watches.pop(request, None)
+        finally:  # however it ends, it is no longer this request's watch (unless replaced)
+            if self._watches.get(request) is asyncio.current_task():
+                del self._watches[request]
         self.channel.send(request)

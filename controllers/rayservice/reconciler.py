@@ -212,18 +212,16 @@ class Reconciler:
             self._memory[request] = decided.memory
         view = seen.snapshot.serve
         spent = view.spent if view is not None else 0.0
-        watch = None
-        if self.poller is not None and decided.deploying and view is not None:
+        poller, watch = self.poller, None
+        if poller is not None and decided.deploying and view is not None:
             client = seen.dashboards.get(view.cluster)
             interval = decided.poll_after(spent)
             if client is not None and view.details is not None and interval is not None:
                 watch = (client, poller_.fingerprint(view.details), interval)
                 decided = dataclasses.replace(decided, poll=None)  # the poller's, not a pass's
         after = await self.executor.act(service, decided, spent=spent, dashboards=seen.dashboards)
-        if watch is not None:
-            assert self.poller is not None
-            client, seen_serve, interval = watch
-            self.poller.watch(request, client, seen_serve, interval=interval)
+        if poller is not None and watch is not None:
+            poller.watch(request, watch[0], watch[1], interval=watch[2])
         return reconcile_.Result(requeue_after=after) if after is not None else reconcile_.Result()
 
     # -- lifecycle --------------------------------------------------------------------------
